@@ -1,0 +1,1 @@
+"""Thin click layers: parse, call one library function, render."""

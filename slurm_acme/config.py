@@ -1,0 +1,153 @@
+"""``acme.toml``: one validated configuration for every command.
+
+Where it comes from, first found wins: ``--config PATH``, ``$ACME_CONF``,
+``/etc/acme/acme.toml``, then built-in defaults. Each section is a pydantic
+model that rejects unknown keys, so a typo is an error that names the file,
+the field and the value instead of a setting silently ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from slurm_acme.errors import ConfigError
+
+SYSTEM_CONFIG = Path("/etc/acme/acme.toml")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def default_store_url() -> str:
+    """SQLite under the user's data dir: works on a laptop and a login node."""
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return f"sqlite:///{base / 'slurm-acme' / 'acme.db'}"
+
+
+class StoreConfig(_Section):
+    url: str = Field(default_factory=default_store_url, description="SQLAlchemy URL")
+    #: Days of raw telemetry samples to keep; per-job summaries and rollups stay.
+    sample_retention_days: int = Field(default=30, ge=1)
+
+
+class NameRule(_Section):
+    pattern: str
+    type: Literal["Eval", "Pretrain", "SFT", "MLLM", "Debug", "Other"]
+
+
+def _default_name_rules() -> list[NameRule]:
+    return [
+        NameRule(pattern=r"(?i)eval|bench|opencompass|lm[-_]eval", type="Eval"),
+        NameRule(pattern=r"(?i)pretrain|\bpt[-_]", type="Pretrain"),
+        NameRule(pattern=r"(?i)sft|finetun|instruct", type="SFT"),
+        NameRule(pattern=r"(?i)mllm|vlm|llava|vision", type="MLLM"),
+        NameRule(pattern=r"(?i)debug|test|interactive|^bash$|^sh$", type="Debug"),
+    ]
+
+
+class ClusterConfig(_Section):
+    name: str = Field(default="acme", description="cluster name recorded with every row")
+    #: Regex rules on the job name used when a job has no ``acme:type=X`` comment.
+    name_rules: list[NameRule] = Field(default_factory=_default_name_rules)
+
+
+class SlurmConfig(_Section):
+    command_timeout_s: float = Field(default=60.0, gt=0)
+
+
+class TelemetryConfig(_Section):
+    interval_s: float = Field(default=15.0, gt=0)
+    spool_dir: str = "/var/spool/acme"
+    #: Fake GPUs for the emulated local cluster only; never on by default.
+    synthetic_gpus: int = Field(default=0, ge=0)
+    flush_batch: int = Field(default=5000, ge=1)
+
+
+class ReportConfig(_Section):
+    tdp_watts: float = Field(default=400.0, gt=0)
+    #: Unix group whose members may see every user's jobs in reports.
+    admin_group: str = "root"
+
+
+class LLMConfig(_Section):
+    enabled: bool = False
+    endpoint: str = ""
+    model: str = ""
+    api_key_env: str = "ACME_LLM_API_KEY"
+    timeout_s: float = Field(default=60.0, gt=0)
+
+
+class DiagnosisConfig(_Section):
+    rules: list[str] = Field(default_factory=list, description="site rule files layered on top")
+    retrieval_threshold: float = Field(default=0.35, ge=0, le=1)
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+
+
+class EvaluateConfig(_Section):
+    local_dir: str = "/dev/shm/acme-eval"
+    partition: str = ""
+    cpu_partition: str = ""
+
+
+class AcmeConfig(_Section):
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
+    diagnosis: DiagnosisConfig = Field(default_factory=DiagnosisConfig)
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    #: Where this config was read from (None for built-in defaults).
+    source: str | None = None
+
+
+def find_config_path(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """The config file to read, following the documented search order."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("ACME_CONF")
+    if env:
+        return Path(env)
+    if SYSTEM_CONFIG.exists():
+        return SYSTEM_CONFIG
+    return None
+
+
+def _describe(error: dict[str, Any]) -> str:
+    field = ".".join(str(p) for p in error["loc"])
+    value = error.get("input")
+    if error["type"] == "extra_forbidden":
+        return f"unknown field {field!r}"
+    if error["type"] == "missing":
+        return f"missing field {field!r}"
+    return f"field {field!r}: {error['msg'].lower()} (got {value!r})"
+
+
+def parse_config(data: dict[str, Any], source: str) -> AcmeConfig:
+    """Validate a decoded TOML document; errors name the file and field."""
+    try:
+        return AcmeConfig.model_validate({**data, "source": source})
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_describe(exc.errors()[0])}") from None
+
+
+def load_config(explicit: str | os.PathLike[str] | None = None) -> AcmeConfig:
+    """Read and validate ``acme.toml`` (or return defaults when none exists)."""
+    path = find_config_path(explicit)
+    if path is None:
+        return AcmeConfig()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: malformed TOML: {exc}") from None
+    return parse_config(data, str(path))

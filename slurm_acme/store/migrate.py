@@ -1,0 +1,96 @@
+"""Schema versioning: an ordered list of migrations and the version applied.
+
+Version 1 creates the schema as declared in :mod:`slurm_acme.store.schema`.
+Later changes append a migration (a function of a connection) and bump the
+version; ``upgrade`` applies the missing ones in order, each in a transaction.
+Opening a store upgrades it, so every command sees the schema it expects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, select, text
+
+from slurm_acme.errors import StoreUnavailable
+from slurm_acme.store.engine import Store
+from slurm_acme.store.schema import metadata
+from slurm_acme.store.schema.core import meta
+
+VERSION_KEY = "schema_version"
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    apply: Callable[[Connection], None]
+
+
+def _create_initial(conn: Connection) -> None:
+    metadata.create_all(conn, checkfirst=True)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "initial schema", _create_initial),
+)
+
+LATEST = MIGRATIONS[-1].version
+
+
+def current_version(conn: Connection) -> int:
+    """The applied schema version; 0 for an empty database."""
+    if not conn.dialect.has_table(conn, meta.name):
+        return 0
+    row = conn.execute(select(meta.c.value).where(meta.c.key == VERSION_KEY)).first()
+    return int(row[0]) if row else 0
+
+
+def _lock(conn: Connection) -> None:
+    """Serialise concurrent upgraders (many collectors may start at once)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(716371)"))
+    elif conn.dialect.name == "sqlite":
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def upgrade(store: Store) -> int:
+    """Apply pending migrations; return the version now in force."""
+    with store.engine.connect() as probe:
+        version = current_version(probe)
+    if version >= LATEST:
+        if version > LATEST:
+            raise StoreUnavailable(
+                f"database schema version {version} is newer than this slurm-acme ({LATEST}); upgrade slurm-acme"
+            )
+        return version
+    if store.dialect == "sqlite":
+        # pysqlite's implicit transactions fight BEGIN IMMEDIATE; drive it by hand.
+        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            _lock(conn)
+            try:
+                version = _apply_pending(conn)
+                conn.exec_driver_sql("COMMIT")
+            except BaseException:
+                conn.exec_driver_sql("ROLLBACK")
+                raise
+        return version
+    with store.engine.begin() as conn:
+        _lock(conn)
+        return _apply_pending(conn)
+
+
+def _apply_pending(conn: Connection) -> int:
+    version = current_version(conn)
+    for migration in MIGRATIONS:
+        if migration.version > version:
+            migration.apply(conn)
+            version = migration.version
+            _set_version(conn, version)
+    return version
+
+
+def _set_version(conn: Connection, version: int) -> None:
+    conn.execute(meta.delete().where(meta.c.key == VERSION_KEY))
+    conn.execute(meta.insert().values(key=VERSION_KEY, value=str(version)))

@@ -1,0 +1,51 @@
+"""Dialect-aware bulk writes shared by every domain: upsert and key/value facts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Table, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from slurm_acme.store.schema.core import meta
+
+
+def upsert(
+    conn: Connection,
+    table: Table,
+    rows: Sequence[Mapping[str, Any]],
+    key: Sequence[str],
+    *,
+    update: Iterable[str] | None = None,
+) -> int:
+    """Insert ``rows``; on a clash of ``key`` update the other columns.
+
+    ``update=()`` means insert-or-ignore. Returns the number of rows sent.
+    Idempotent re-runs of ingest and import rely on this.
+    """
+    if not rows:
+        return 0
+    dialect = conn.dialect.name
+    insert = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}.get(dialect)
+    if insert is None:  # pragma: no cover - only the two supported backends
+        raise NotImplementedError(f"upsert on {dialect}")
+    stmt = insert(table)
+    columns = list(update) if update is not None else [c for c in rows[0] if c not in key]
+    if columns:
+        stmt = stmt.on_conflict_do_update(
+            index_elements=list(key), set_={c: stmt.excluded[c] for c in columns}
+        )
+    else:
+        stmt = stmt.on_conflict_do_nothing(index_elements=list(key))
+    conn.execute(stmt, list(rows))
+    return len(rows)
+
+
+def get_meta(conn: Connection, key: str) -> str | None:
+    row = conn.execute(select(meta.c.value).where(meta.c.key == key)).first()
+    return row[0] if row else None
+
+
+def set_meta(conn: Connection, key: str, value: str) -> None:
+    upsert(conn, meta, [{"key": key, "value": value}], ["key"])

@@ -1,0 +1,43 @@
+"""Diagnosed failures, and the labelled cases that retrieval learns from."""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Float, Index, Integer, String, Table, Text
+
+from slurm_acme.store.schema.base import metadata
+
+failures = Table(
+    "failures",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("cluster", String(64)),
+    Column("job_id", String(64)),
+    Column("run_id", String(64)),
+    Column("attempt", Integer),
+    Column("ts", Float, nullable=False),
+    Column("category", String(64), nullable=False),
+    Column("origin", String(32), nullable=False),  # infrastructure / framework / script / unknown
+    Column("action", String(32)),
+    Column("node", String(128)),
+    Column("rule_id", String(128)),
+    Column("confidence", Float),
+    Column("evidence", Text),
+    Column("source", String(16)),  # rule / retrieval / llm / label
+    Column("gpus", Integer),
+    Column("time_to_failure_s", Float),
+    Column("recovery_s", Float),
+    Column("log_path", Text),
+)
+Index("ix_failures_ts", failures.c.ts)
+
+#: Labelled log excerpts (corpus, confirmed diagnoses) for retrieval.
+failure_cases = Table(
+    "failure_cases",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("text", Text, nullable=False),
+    Column("category", String(64), nullable=False),
+    Column("origin", String(32), nullable=False),
+    Column("source", String(64)),
+    Column("digest", String(64), unique=True),
+)
