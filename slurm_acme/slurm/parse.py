@@ -1,0 +1,296 @@
+"""Pure parsers of Slurm's output into records. No I/O, no subprocesses.
+
+One set of functions reads every JSON layout from Slurm 22.05 (OpenAPI
+v0.0.38) on. Newer layouts wrap numbers as ``{"set", "infinite", "number"}``
+objects, turn states into lists and nest exit codes; the small helpers
+:func:`number`, :func:`exit_status` and :func:`gpus_in_tres` absorb those
+differences so the record builders stay flat.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from slurm_acme.slurm.errors import SlurmParseError
+from slurm_acme.slurm.records import NodeInfo, QueueJob, SacctJob, ScontrolJob
+from slurm_acme.slurm.states import JobState
+
+Doc = Mapping[str, Any]
+
+
+# ------------------------------------------------------------------ helpers
+
+def load_json(text: str | Doc, what: str = "slurm") -> Doc:
+    """Decode a ``--json`` answer (already-decoded mappings pass through)."""
+    if isinstance(text, Mapping):
+        return text
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SlurmParseError([what, "--json"], 0, text[:200],
+                              f"`{what} --json` printed something that is not JSON: {exc}") from None
+    if not isinstance(doc, Mapping):
+        raise SlurmParseError([what, "--json"], 0, "", f"`{what} --json` did not print an object")
+    return doc
+
+
+def plugin_version(doc: Doc) -> str:
+    """The OpenAPI plugin that wrote ``doc``, e.g. ``openapi/dbv0.0.38`` ('' if absent)."""
+    plugin = (doc.get("meta") or {}).get("plugin") or {}
+    return str(plugin.get("type") or "")
+
+
+def number(value: Any) -> int | None:
+    """A plain number or a ``{"set": ..., "infinite": ..., "number": N}`` object.
+
+    Unset and infinite values are ``None``.
+    """
+    if isinstance(value, Mapping):
+        if not value.get("set", True) or value.get("infinite", False):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def timestamp(value: Any) -> datetime | None:
+    """Epoch seconds (plain or number object) as an aware UTC datetime; 0 is ``None``."""
+    seconds = number(value)
+    return datetime.fromtimestamp(seconds, tz=timezone.utc) if seconds else None
+
+
+def exit_status(value: Any) -> tuple[int, int | None]:
+    """(exit code, signal or None) from any layout.
+
+    22.05 squeue gives a raw wait status (``768`` is exit 3); sacct gives
+    ``{"return_code": 3, "signal": {"signal_id": 9}}``; newer versions wrap both
+    numbers as number objects and put the signal under ``signal.id``.
+    """
+    if isinstance(value, Mapping):
+        signal = value.get("signal") or {}
+        sig = number(signal.get("id", signal.get("signal_id"))) if isinstance(signal, Mapping) else None
+        return number(value.get("return_code")) or 0, sig or None
+    raw = number(value)
+    if raw is None:
+        return 0, None
+    return (raw >> 8) & 0xFF, (raw & 0x7F) or None
+
+
+def as_text(value: Any) -> str:
+    """A string field; ``None`` and Slurm's ``(null)`` become ''."""
+    if value is None or value == "(null)":
+        return ""
+    return str(value)
+
+
+def gpus_in_tres(tres: Any) -> int | None:
+    """GPU count in a TRES list (``[{"type": "gres", "name": "gpu", "count": 16}]``)
+    or string (``cpu=2,gres/gpu=16``); typed entries (``gres/gpu:a100``) are not double counted.
+    """
+    if isinstance(tres, str):
+        match = re.search(r"(?:^|,)gres/gpu=(\d+)", tres)
+        return int(match.group(1)) if match else None
+    for item in tres or ():
+        if item.get("type") == "gres" and item.get("name") == "gpu":
+            return number(item.get("count"))
+    return None
+
+
+def tres_count(tres: Any, kind: str) -> int | None:
+    for item in tres or ():
+        if item.get("type") == kind and not item.get("name"):
+            return number(item.get("count"))
+    return None
+
+
+def tres_string(tres: Any) -> str:
+    """Render a TRES list the way sacct's AllocTRES column does."""
+    parts = []
+    for item in tres or ():
+        count = number(item.get("count"))
+        if count is None:
+            continue
+        kind = item.get("type", "")
+        parts.append(f"{kind}/{item['name']}={count}" if item.get("name") else f"{kind}={count}")
+    return ",".join(parts)
+
+
+def _array(job_id: Any, task_id: Any) -> tuple[str | None, int | None]:
+    array_id = number(job_id)
+    return (str(array_id) if array_id else None), number(task_id)
+
+
+# -------------------------------------------------------------------- sacct
+
+def parse_sacct_json(text: str | Doc) -> list[SacctJob]:
+    """Job allocations from ``sacct --json``; steps are ignored.
+
+    Slurm records each requeue as its own accounting row with the same job id;
+    those fold into one job (the latest row) whose ``restarts`` counts them.
+    """
+    doc = load_json(text, "sacct")
+    latest: dict[tuple[str, str], Mapping[str, Any]] = {}
+    rows: dict[tuple[str, str], int] = {}
+    for raw in doc.get("jobs") or ():
+        key = (as_text(raw.get("cluster")), str(number(raw.get("job_id"))))
+        rows[key] = rows.get(key, 0) + 1
+        if key not in latest or _submitted(raw) >= _submitted(latest[key]):
+            latest[key] = raw
+    return [_sacct_job(raw, rows[key] - 1) for key, raw in latest.items()]
+
+
+def _submitted(raw: Doc) -> int:
+    return number((raw.get("time") or {}).get("submission")) or 0
+
+
+def _sacct_job(raw: Doc, extra_rows: int) -> SacctJob:
+    time = raw.get("time") or {}
+    tres = raw.get("tres") or {}
+    array = raw.get("array") or {}
+    comment = raw.get("comment")
+    code, sig = exit_status(raw.get("exit_code"))
+    state = raw.get("state") or {}
+    nodelist = as_text(raw.get("nodes"))
+    return SacctJob(
+        job_id=str(number(raw.get("job_id"))),
+        cluster=as_text(raw.get("cluster")),
+        user=as_text(raw.get("user")),
+        name=as_text(raw.get("name")),
+        partition=as_text(raw.get("partition")),
+        account=as_text(raw.get("account")),
+        comment=as_text(comment.get("job") if isinstance(comment, Mapping) else comment),
+        nodes=number(raw.get("allocation_nodes")) or tres_count(tres.get("allocated"), "node") or 0,
+        nodelist="" if nodelist == "None assigned" else nodelist,
+        gpus=_first_number(gpus_in_tres(tres.get("allocated")), gpus_in_tres(tres.get("requested"))),
+        cpus=_first_number(tres_count(tres.get("allocated"), "cpu"),
+                           number((raw.get("required") or {}).get("CPUs"))),
+        submit=timestamp(time.get("submission")),
+        eligible=timestamp(time.get("eligible")),
+        start=timestamp(time.get("start")),
+        end=timestamp(time.get("end")),
+        state=JobState.parse(state.get("current") if isinstance(state, Mapping) else state),
+        exit_code=code,
+        signal=sig,
+        restarts=max(number(raw.get("restart_cnt")) or 0, extra_rows),
+        array_job_id=_array(array.get("job_id"), array.get("task_id"))[0],
+        array_task_id=_array(array.get("job_id"), array.get("task_id"))[1],
+        alloc_tres=tres_string(tres.get("allocated")),
+        reason=as_text(state.get("reason")) if isinstance(state, Mapping) else "",
+    )
+
+
+def _first_number(*values: int | None) -> int:
+    return next((v for v in values if v), 0)
+
+
+def parse_sacct_exit_codes(text: str) -> dict[str, tuple[int, int | None]]:
+    """``sacct -n -P -X -o JobIDRaw,ExitCode`` -> {job id: (code, signal)}.
+
+    Slurm 22.05's JSON reports every job's exit code as 0; this plain listing
+    is where the real codes are read from on that version.
+    """
+    codes: dict[str, tuple[int, int | None]] = {}
+    for line in text.splitlines():
+        job_id, _, exit_code = line.strip().partition("|")
+        code, _, sig = exit_code.partition(":")
+        if job_id and code.isdigit():
+            codes[job_id] = (int(code), int(sig) if sig.isdigit() and int(sig) else None)
+    return codes
+
+
+# ------------------------------------------------------------------- squeue
+
+def parse_squeue_json(text: str | Doc) -> list[QueueJob]:
+    """Jobs in the queue from ``squeue --json``."""
+    return [_queue_job(raw) for raw in load_json(text, "squeue").get("jobs") or ()]
+
+
+def _queue_job(raw: Doc) -> QueueJob:
+    exit_raw = raw.get("exit_code")
+    array_id, task_id = _array(raw.get("array_job_id"), raw.get("array_task_id"))
+    return QueueJob(
+        job_id=str(number(raw.get("job_id"))),
+        name=as_text(raw.get("name")),
+        user=as_text(raw.get("user_name")),
+        partition=as_text(raw.get("partition")),
+        account=as_text(raw.get("account")),
+        state=JobState.parse(raw.get("job_state")),
+        reason=as_text(raw.get("state_reason")),
+        nodes=number(raw.get("node_count")) or 0,
+        nodelist=as_text(raw.get("nodes")),
+        gpus=_first_number(gpus_in_tres(as_text(raw.get("tres_alloc_str"))),
+                           gpus_in_tres(as_text(raw.get("tres_req_str")))),
+        cpus=number(raw.get("cpus")) or 0,
+        comment=as_text(raw.get("comment")),
+        submit=timestamp(raw.get("submit_time")),
+        start=timestamp(raw.get("start_time")),
+        end=timestamp(raw.get("end_time")),
+        restarts=number(raw.get("restart_cnt")) or 0,
+        array_job_id=array_id,
+        array_task_id=task_id,
+        exit_code=None if exit_raw is None else exit_status(exit_raw)[0],
+    )
+
+
+# ----------------------------------------------------------------- scontrol
+
+_KEY = re.compile(r"\s+(?=[A-Z][\w/:]*=)")
+
+
+def parse_scontrol_show_job(text: str) -> list[ScontrolJob]:
+    """Jobs from ``scontrol show job [-o]`` (one line or one block per job).
+
+    A value may contain spaces (job names, paths); a new field starts where a
+    ``Key=`` follows whitespace.
+    """
+    jobs = []
+    for block in re.split(r"(?:^|\s)(?=JobId=)", text):
+        block = block.strip()
+        if not block.startswith("JobId="):
+            continue
+        fields = {}
+        for token in _KEY.split(block):
+            key, _, value = token.partition("=")
+            fields.setdefault(key, value.strip())
+        jobs.append(ScontrolJob(fields=fields))
+    return jobs
+
+
+def parse_hostnames(text: str) -> list[str]:
+    """``scontrol show hostnames LIST``: one host per line."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+SINFO_FORMAT = "%N|%T|%G"
+
+
+def parse_sinfo_nodes(text: str) -> list[NodeInfo]:
+    """``sinfo -N -h -o '%N|%T|%G'``; a node in several partitions is listed once."""
+    seen: dict[str, NodeInfo] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 2 and parts[0]:
+            seen.setdefault(parts[0], NodeInfo(parts[0], parts[1], as_text(parts[2]) if len(parts) > 2 else ""))
+    return list(seen.values())
+
+
+def parse_sbatch_parsable(text: str) -> str:
+    """``sbatch --parsable`` prints ``JOBID`` or ``JOBID;CLUSTER``."""
+    job_id = text.strip().splitlines()[-1].split(";")[0].strip() if text.strip() else ""
+    if not job_id.isdigit():
+        raise SlurmParseError(["sbatch", "--parsable"], 0, text,
+                              f"sbatch printed no job id: {text.strip()[:200]!r}")
+    return job_id
+
+
+def join_ids(ids: Iterable[str | int]) -> str:
+    return ",".join(str(i) for i in ids)

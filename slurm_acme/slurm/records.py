@@ -1,0 +1,132 @@
+"""Typed, frozen records of what Slurm reports; parsers build them, callers read them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from slurm_acme.slurm.states import JobState
+
+
+@dataclass(frozen=True)
+class SacctJob:
+    """One job allocation from accounting (steps dropped; requeues folded in)."""
+
+    job_id: str
+    cluster: str
+    user: str
+    name: str
+    partition: str
+    account: str
+    comment: str
+    nodes: int
+    nodelist: str
+    gpus: int
+    cpus: int
+    submit: datetime | None
+    eligible: datetime | None
+    start: datetime | None
+    end: datetime | None
+    state: JobState
+    exit_code: int
+    signal: int | None = None
+    restarts: int = 0
+    array_job_id: str | None = None
+    array_task_id: int | None = None
+    alloc_tres: str = ""
+    reason: str = ""
+
+    @property
+    def display_id(self) -> str:
+        """``ARRAY_TASK`` for array elements (as squeue shows them), else the job id."""
+        if self.array_job_id and self.array_task_id is not None:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return self.job_id
+
+
+@dataclass(frozen=True)
+class QueueJob:
+    """One job in slurmctld's queue, from ``squeue --json``."""
+
+    job_id: str
+    name: str
+    user: str
+    partition: str
+    account: str
+    state: JobState
+    reason: str
+    nodes: int
+    nodelist: str
+    gpus: int
+    cpus: int
+    comment: str
+    submit: datetime | None
+    start: datetime | None
+    end: datetime | None
+    restarts: int = 0
+    array_job_id: str | None = None
+    array_task_id: int | None = None
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class ScontrolJob:
+    """``scontrol show job -o``: every ``Key=Value`` pair, plus typed views of the common ones."""
+
+    fields: dict[str, str] = field(hash=False)
+
+    def get(self, key: str, default: str = "") -> str:
+        return self.fields.get(key, default)
+
+    @property
+    def job_id(self) -> str:
+        return self.get("JobId")
+
+    @property
+    def name(self) -> str:
+        return self.get("JobName")
+
+    @property
+    def state(self) -> JobState:
+        return JobState.parse(self.get("JobState"))
+
+    @property
+    def reason(self) -> str:
+        return self.get("Reason")
+
+    @property
+    def restarts(self) -> int:
+        return int(self.get("Restarts", "0") or 0)
+
+    @property
+    def nodelist(self) -> str:
+        value = self.get("NodeList")
+        return "" if value in ("(null)", "None") else value
+
+    @property
+    def excluded(self) -> str:
+        value = self.get("ExcNodeList")
+        return "" if value in ("(null)", "None") else value
+
+    @property
+    def comment(self) -> str:
+        value = self.get("Comment")
+        return "" if value == "(null)" else value
+
+    @property
+    def exit_code(self) -> int | None:
+        code, _, _ = self.get("ExitCode").partition(":")
+        return int(code) if code.isdigit() else None
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node and its state as ``sinfo -N`` reports it (``idle``, ``down*``, ...)."""
+
+    name: str
+    state: str
+    gres: str = ""
+
+    @property
+    def responding(self) -> bool:
+        return not self.state.endswith("*")
