@@ -1,0 +1,1 @@
+"""Small real models used by the examples, tests and the evaluation backend."""
