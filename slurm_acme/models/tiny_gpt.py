@@ -143,7 +143,7 @@ class TinyGPT(nn.Module):
         self.head.weight = self.tok_emb.weight
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
-            if name.endswith("proj.weight") or name.endswith("mlp.2.weight"):
+            if name.endswith(("proj.weight", "mlp.2.weight")):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
 
     @staticmethod
