@@ -67,6 +67,17 @@ class TelemetryConfig(_Section):
     #: Fake GPUs for the emulated local cluster only; never on by default.
     synthetic_gpus: int = Field(default=0, ge=0)
     flush_batch: int = Field(default=5000, ge=1)
+    #: Samplers to try; each one that finds no hardware says so once and is skipped.
+    samplers: list[Literal["nvml", "dcgm", "ipmi", "host", "infiniband"]] = Field(
+        default_factory=lambda: ["nvml", "dcgm", "ipmi", "host", "infiniband"])
+    #: A sensor command (ipmitool, dcgmi) slower than this is killed and flagged.
+    sensor_timeout_s: float = Field(default=5.0, gt=0)
+    #: How often the spool is pushed to the central store (also at every job end).
+    flush_interval_s: float = Field(default=60.0, gt=0)
+    #: Flushed samples stay in the node-local spool this long (for `collectd flush --db`).
+    spool_keep_hours: float = Field(default=24.0, ge=0)
+    #: A job summary whose samples cover less of its walltime than this is flagged.
+    min_coverage: float = Field(default=0.8, ge=0, le=1)
 
 
 class ReportConfig(_Section):
