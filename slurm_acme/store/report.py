@@ -1,0 +1,391 @@
+"""Every SQL aggregate behind ``sacme report`` (SQLite and Postgres alike).
+
+The report never loads job or sample rows into Python. It copies the few
+columns it needs of the selected jobs into a per-connection temporary table
+(one scan of ``jobs``, using the ``(cluster, submit_ts)`` index when a cluster
+is given) and runs a handful of ``GROUP BY`` queries over that narrow table.
+Results come back as small lists of aggregate rows.
+
+Quantiles have ONE definition everywhere, *nearest rank*: for ``n`` values
+sorted ascending ``x_1 <= ... <= x_n`` the ``p``-th percentile is ``x_k`` with
+``k = ceil(p * n / 100)`` (``p`` a whole percent, so ``k >= 1``). SQL finds
+``x_k`` with ``ROW_NUMBER()`` over one sorted pass per metric: the same
+``x_k`` that Postgres's ``percentile_disc`` returns, but portable to SQLite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    Connection,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    Select,
+    String,
+    Table,
+    and_,
+    case,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+    true,
+)
+
+from slurm_acme.store.schema.core import jobs
+from slurm_acme.store.schema.failures import failures
+from slurm_acme.store.schema.telemetry import gpu_samples, node_samples
+
+#: Slurm end states the paper counts as a failed job (TIMEOUT and NODE_FAIL
+#: included, as in AcmeTrace; the rest are Slurm's other abnormal ends).
+FAILED_STATES = ("FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
+#: Outcome classes of a job; ``other`` is running, pending, preempted, requeued.
+OUTCOMES = ("completed", "cancelled", "failed", "other")
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs a report covers. Membership in a period is by *submit* time,
+    ``since_ts <= submit_ts < until_ts`` (UTC epoch seconds), as the paper
+    counts jobs per month by submission."""
+
+    since_ts: float | None = None
+    until_ts: float | None = None
+    cluster: str | None = None
+    user: str | None = None
+    workload_type: str | None = None
+
+    @property
+    def narrows_jobs(self) -> bool:
+        """True when only some users' or types' jobs count, so samples and
+        failures must be matched to the selected jobs."""
+        return self.user is not None or self.workload_type is not None
+
+
+_temp = MetaData()
+#: The selected jobs, narrowed to what the report reads. Temporary: private to
+#: the connection and gone when it closes.
+selected = Table(
+    "acme_report_jobs",
+    _temp,
+    Column("cluster", String(64)),
+    Column("job_id", String(64)),
+    Column("wtype", String(16)),
+    Column("gpus", Integer),
+    Column("dur", Float),
+    Column("que", Float),
+    Column("gtime", Float),
+    Column("outcome", String(16)),
+    prefixes=["TEMPORARY"],
+)
+_selected_key = Index("ix_acme_report_jobs_key", selected.c.cluster, selected.c.job_id)
+
+
+def _where(conds: Sequence[ColumnElement[bool]]) -> ColumnElement[bool]:
+    return and_(true(), *conds)
+
+
+def cluster_exists(conn: Connection, cluster: str) -> bool:
+    """An index seek, so validating ``--cluster`` costs nothing on a big store."""
+    return conn.execute(select(literal(1)).where(jobs.c.cluster == cluster).limit(1)).first() is not None
+
+
+def known_clusters(conn: Connection) -> list[str]:
+    return [r[0] for r in conn.execute(select(jobs.c.cluster).distinct().order_by(jobs.c.cluster))]
+
+
+def _outcome() -> ColumnElement[str]:
+    return case(
+        (jobs.c.state == "COMPLETED", "completed"),
+        (jobs.c.state.like("CANCELLED%"), "cancelled"),
+        (jobs.c.state.in_(FAILED_STATES), "failed"),
+        else_="other",
+    )
+
+
+def select_jobs(conn: Connection, flt: JobFilter) -> int:
+    """Fill the temporary table with the jobs ``flt`` selects; return how many."""
+    if conn.dialect.name == "sqlite":
+        conn.exec_driver_sql("PRAGMA temp_store=MEMORY")
+    selected.drop(conn, checkfirst=True)
+    selected.create(conn)
+    conds = []
+    if flt.cluster is not None:
+        conds.append(jobs.c.cluster == flt.cluster)
+    if flt.since_ts is not None:
+        conds.append(jobs.c.submit_ts >= flt.since_ts)
+    if flt.until_ts is not None:
+        conds.append(jobs.c.submit_ts < flt.until_ts)
+    if flt.user is not None:
+        conds.append(jobs.c.user == flt.user)
+    if flt.workload_type is not None:
+        conds.append(jobs.c.workload_type == flt.workload_type)
+    keyed = flt.narrows_jobs
+    source = select(
+        jobs.c.cluster if keyed else literal(None, String),
+        jobs.c.job_id if keyed else literal(None, String),
+        jobs.c.workload_type,
+        jobs.c.gpus,
+        jobs.c.duration_s,
+        jobs.c.queue_s,
+        func.coalesce(jobs.c.gpu_time_s, jobs.c.duration_s * jobs.c.gpus),
+        _outcome(),
+    ).where(_where(conds))
+    conn.execute(selected.insert().from_select([c.name for c in selected.c], source))
+    if keyed:
+        _selected_key.create(conn)
+    return int(conn.execute(select(func.count()).select_from(selected)).scalar_one())
+
+
+def release_jobs(conn: Connection) -> None:
+    selected.drop(conn, checkfirst=True)
+
+
+def job_groups(conn: Connection) -> list[dict[str, Any]]:
+    """Counts and sums per (type, GPU or CPU job, outcome): overview, workload,
+    states and the compare row are all sums of these few rows."""
+    s = selected.c
+    is_gpu = case((s.gpus > 0, 1), else_=0).label("is_gpu")
+    q = select(
+        s.wtype, is_gpu, s.outcome,
+        func.count().label("jobs"),
+        func.sum(s.gtime).label("gtime"),
+        func.sum(s.dur).label("dur_sum"),
+        func.count(s.dur).label("dur_n"),
+        func.max(s.dur).label("dur_max"),
+        func.sum(s.que).label("que_sum"),
+        func.count(s.que).label("que_n"),
+        func.sum(s.gpus).label("gpus_sum"),
+        func.max(s.gpus).label("gpus_max"),
+    ).group_by(s.wtype, is_gpu, s.outcome)
+    return [dict(r._mapping) for r in conn.execute(q)]
+
+
+def duration_cdf_counts(conn: Connection, run_ks: Sequence[int], queue_ks: Sequence[int]) -> list[dict[str, Any]]:
+    """Per type, for GPU jobs: how many run times and queue delays are
+    ``<= 2**k`` seconds, for every ``k`` (one pass)."""
+    s = selected.c
+    cols: list[Any] = [s.wtype, func.count(s.dur).label("dur_n"), func.count(s.que).label("que_n")]
+    cols += [func.sum(case((s.dur <= float(2**k), 1), else_=0)).label(f"dur_le_{k}") for k in run_ks]
+    cols += [func.sum(case((s.que <= float(2**k), 1), else_=0)).label(f"que_le_{k}") for k in queue_ks]
+    q = select(*cols).where(s.gpus > 0).group_by(s.wtype)
+    return [dict(r._mapping) for r in conn.execute(q)]
+
+
+def gpu_histogram(conn: Connection) -> list[tuple[str, int, int, float]]:
+    """``(type, gpus, jobs, gpu_time)`` per distinct GPU count: GPU demand
+    quartiles and the GPU-time-weighted scale CDF both come from this."""
+    s = selected.c
+    q = (
+        select(s.wtype, s.gpus, func.count(), func.coalesce(func.sum(s.gtime), 0.0))
+        .where(s.gpus > 0)
+        .group_by(s.wtype, s.gpus)
+        .order_by(s.wtype, s.gpus)
+    )
+    return [(r[0], int(r[1]), int(r[2]), float(r[3])) for r in conn.execute(q)]
+
+
+def nearest_rank(p: int, n: int) -> int:
+    """The 1-based rank of the ``p``-th percentile of ``n`` values."""
+    return (p * n + 99) // 100
+
+
+def grouped_quantiles(
+    conn: Connection,
+    source: Select,
+    percents: Sequence[int],
+    *,
+    groups: int = 1,
+    overall: bool = True,
+) -> dict[tuple | None, dict[int, float]]:
+    """Nearest-rank percentiles of ``v`` per group (and overall, key ``None``).
+
+    ``source`` selects ``groups`` group columns then a value column named
+    ``v`` (NULLs already excluded). Each window is one sorted pass; only the
+    rows that sit at a wanted rank come back.
+    """
+    src = source.subquery()
+    gcols = list(src.c)[:groups]
+    value = src.c.v
+    ranked_cols: list[Any] = [*gcols, value]
+    ranked_cols += [
+        func.row_number().over(partition_by=gcols, order_by=value).label("rn_g"),
+        func.count().over(partition_by=gcols).label("n_g"),
+    ]
+    if overall:
+        ranked_cols += [
+            func.row_number().over(order_by=value).label("rn_a"),
+            func.count().over().label("n_a"),
+        ]
+    ranked = select(*ranked_cols).subquery()
+
+    def at_rank(rn: Any, n: Any) -> ColumnElement[bool]:
+        return or_(*[rn == (p * n + 99) // 100 for p in percents])
+
+    hit = at_rank(ranked.c.rn_g, ranked.c.n_g)
+    if overall:
+        hit = or_(hit, at_rank(ranked.c.rn_a, ranked.c.n_a))
+    out: dict[tuple | None, dict[int, float]] = {}
+    for row in conn.execute(select(ranked).where(hit)):
+        m = row._mapping
+        key = tuple(m[c.name] for c in gcols)
+        for p in percents:
+            if m["rn_g"] == nearest_rank(p, m["n_g"]):
+                out.setdefault(key, {})[p] = float(m["v"])
+            if overall and m["rn_a"] == nearest_rank(p, m["n_a"]):
+                out.setdefault(None, {})[p] = float(m["v"])
+    return out
+
+
+def gpu_job_quantiles(conn: Connection, column: str, percents: Sequence[int]) -> dict[tuple | None, dict[int, float]]:
+    """Percentiles of ``dur`` or ``que`` of GPU jobs, per type and overall."""
+    s = selected.c
+    v = s[column]
+    source = select(s.wtype, v.label("v")).where(and_(s.gpus > 0, v.isnot(None)))
+    return grouped_quantiles(conn, source, percents)
+
+
+# -- telemetry -----------------------------------------------------------------
+
+def _sample_conds(table: Table, flt: JobFilter) -> list[ColumnElement[bool]]:
+    conds: list[ColumnElement[bool]] = []
+    if flt.cluster is not None:
+        conds.append(table.c.cluster == flt.cluster)
+    if flt.since_ts is not None:
+        conds.append(table.c.ts >= flt.since_ts)
+    if flt.until_ts is not None:
+        conds.append(table.c.ts < flt.until_ts)
+    return conds
+
+
+def _gpu_sample_conds(flt: JobFilter) -> list[ColumnElement[bool]]:
+    conds = _sample_conds(gpu_samples, flt)
+    if flt.narrows_jobs:
+        s = selected.c
+        conds.append(exists().where(and_(s.cluster == gpu_samples.c.cluster, s.job_id == gpu_samples.c.job_id)))
+    return conds
+
+
+def gpu_sample_stats(conn: Connection, flt: JobFilter, tdp_watts: float) -> dict[str, Any]:
+    """Counts behind the utilisation and power shares, in one pass."""
+    g = gpu_samples.c
+    fb_known = and_(g.mem_used_bytes.isnot(None), g.mem_total_bytes > 0)
+    q = select(
+        func.count().label("samples"),
+        func.count(g.util_percent).label("util_n"),
+        func.sum(case((g.util_percent == 0, 1), else_=0)).label("util_zero"),
+        func.sum(case((fb_known, 1), else_=0)).label("fb_n"),
+        func.sum(case((and_(fb_known, g.mem_used_bytes >= 0.75 * g.mem_total_bytes), 1), else_=0)).label("fb_high"),
+        func.count(g.power_w).label("power_n"),
+        func.sum(case((g.power_w > tdp_watts, 1), else_=0)).label("power_over_tdp"),
+    ).where(_where(_gpu_sample_conds(flt)))
+    return dict(conn.execute(q).one()._mapping)
+
+
+def gpu_sample_medians(conn: Connection, flt: JobFilter) -> dict[str, float | None]:
+    """Median GPU utilisation, SM activity and idle-GPU (0 % util) power."""
+    g = gpu_samples.c
+    base = _gpu_sample_conds(flt)
+    out: dict[str, float | None] = {}
+    for name, column, extra in (
+        ("util", g.util_percent, []),
+        ("sm_active", g.sm_active, []),
+        ("idle_power", g.power_w, [g.util_percent == 0]),
+    ):
+        source = select(literal(1).label("k"), column.label("v")).where(and_(column.isnot(None), *base, *extra))
+        found = grouped_quantiles(conn, source, [50], overall=False)
+        out[name] = found.get((1,), {}).get(50)
+    return out
+
+
+def node_sample_medians(conn: Connection, flt: JobFilter) -> dict[str, float | None]:
+    """Median CPU and host-memory utilisation over node samples."""
+    n = node_samples.c
+    base = _sample_conds(node_samples, flt)
+    out: dict[str, float | None] = {}
+    for name, column in (("cpu", n.cpu_percent), ("mem", n.mem_percent)):
+        source = select(literal(1).label("k"), column.label("v")).where(and_(column.isnot(None), *base))
+        out[name] = grouped_quantiles(conn, source, [50], overall=False).get((1,), {}).get(50)
+    return out
+
+
+def power_by_node(conn: Connection, flt: JobFilter) -> tuple[dict[tuple, float], dict[tuple, float]]:
+    """Per GPU server: mean total GPU power (sum of GPU power over sample
+    instants / instants) and mean server power. Their ratio, summed over
+    servers with both, is the GPU share of server power, whatever the two
+    sampling cadences."""
+    g = gpu_samples.c
+    n = node_samples.c
+    gq = (
+        select(g.cluster, g.node, func.sum(g.power_w), func.count(g.ts.distinct()))
+        .where(and_(g.power_w.isnot(None), *_sample_conds(gpu_samples, flt)))
+        .group_by(g.cluster, g.node)
+    )
+    nq = (
+        select(n.cluster, n.node, func.avg(n.node_power_w))
+        .where(and_(n.node_power_w.isnot(None), *_sample_conds(node_samples, flt)))
+        .group_by(n.cluster, n.node)
+    )
+    gpu = {(r[0], r[1]): float(r[2]) / int(r[3]) for r in conn.execute(gq) if r[3]}
+    node = {(r[0], r[1]): float(r[2]) for r in conn.execute(nq)}
+    return gpu, node
+
+
+def node_sample_count(conn: Connection, flt: JobFilter) -> int:
+    q = select(func.count()).select_from(node_samples).where(_where(_sample_conds(node_samples, flt)))
+    return int(conn.execute(q).scalar_one())
+
+
+# -- failures ------------------------------------------------------------------
+
+def _failure_conds(flt: JobFilter) -> list[ColumnElement[bool]]:
+    f = failures.c
+    conds: list[ColumnElement[bool]] = []
+    if flt.cluster is not None:
+        conds.append(f.cluster == flt.cluster)
+    if flt.since_ts is not None:
+        conds.append(f.ts >= flt.since_ts)
+    if flt.until_ts is not None:
+        conds.append(f.ts < flt.until_ts)
+    if flt.narrows_jobs:
+        s = selected.c
+        conds.append(exists().where(and_(s.cluster == f.cluster, s.job_id == f.job_id)))
+    return conds
+
+
+def failure_groups(conn: Connection, flt: JobFilter, by_category: bool) -> list[dict[str, Any]]:
+    """Count, failed GPU time (``gpus * time_to_failure_s``) and mean GPUs per
+    origin (and category)."""
+    f = failures.c
+    keys = [f.origin, f.category] if by_category else [f.origin]
+    q = (
+        select(
+            *keys,
+            func.count().label("count"),
+            func.coalesce(func.sum(f.gpus * f.time_to_failure_s), 0.0).label("gpu_time"),
+            func.avg(f.gpus).label("mean_gpus"),
+        )
+        .where(_where(_failure_conds(flt)))
+        .group_by(*keys)
+        .order_by(*keys)
+    )
+    return [dict(r._mapping) for r in conn.execute(q)]
+
+
+def failure_medians(conn: Connection, flt: JobFilter, by_category: bool) -> dict[str, dict[tuple | None, dict[int, float]]]:
+    """Median time to failure and recovery time per origin (and category)."""
+    f = failures.c
+    keys = [f.origin, f.category] if by_category else [f.origin]
+    out = {}
+    for name, column in (("ttf", f.time_to_failure_s), ("recovery", f.recovery_s)):
+        source = select(*keys, column.label("v")).where(and_(column.isnot(None), *_failure_conds(flt)))
+        out[name] = grouped_quantiles(conn, source, [50], groups=len(keys), overall=False)
+    return out
