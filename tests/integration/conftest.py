@@ -1,0 +1,102 @@
+"""The real local Slurm cluster, started once per test session.
+
+``slurm_cluster`` runs ``sbin/acme-cluster up`` (folder ``/tmp/acme-test-cluster``
+unless ``ACME_CLUSTER_DIR`` is set; ports from ``ACME_CLUSTER_PORT_BASE``,
+default 17800, so a developer's demo cluster on the default ports can keep
+running) and exports ``SLURM_CONF`` for the whole session. It is left running
+afterwards so the next run starts in a second; ``acme-cluster down`` stops it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ACME_CLUSTER = REPO / "sbin" / "acme-cluster"
+DEFAULT_DIR = "/tmp/acme-test-cluster"
+DEFAULT_PORT_BASE = "17800"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "integration: needs the local Slurm cluster (sbin/acme-cluster)")
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    dir: Path
+    conf: Path
+    nodes: tuple[str, ...]
+    gpus_per_node: int
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for a subprocess (e.g. the real ``sacme`` CLI) to reach this cluster."""
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    folder = Path(os.environ.get("ACME_CLUSTER_DIR", DEFAULT_DIR))
+    env = {**os.environ, "ACME_CLUSTER_DIR": str(folder),
+           "ACME_CLUSTER_PORT_BASE": os.environ.get("ACME_CLUSTER_PORT_BASE", DEFAULT_PORT_BASE)}
+    proc = subprocess.run([sys.executable, str(ACME_CLUSTER), "up"], env=env,
+                          capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        pytest.fail(f"sbin/acme-cluster up failed:\n{proc.stderr[-3000:]}", pytrace=False)
+    saved = _read_cluster_json(folder)
+    conf = folder / "etc" / "slurm.conf"
+    previous = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(conf)
+    try:
+        yield SlurmCluster(dir=folder, conf=conf,
+                           nodes=tuple(f"node{i}" for i in range(1, saved["nodes"] + 1)),
+                           gpus_per_node=saved["gpus"])
+    finally:
+        if previous is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = previous
+
+
+def _read_cluster_json(folder: Path) -> dict:
+    import json
+
+    return json.loads((folder / "cluster.json").read_text())
+
+
+def wait_for_job(slurm, job_id: str, *, timeout: float = 120, poll: float = 0.5):  # type: ignore[no-untyped-def]
+    """Poll until ``job_id`` is in a terminal state; return its ``ScontrolJob``.
+
+    Fails the test (naming the last state and reason) when it does not finish
+    in ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        job = slurm.show_job(job_id)
+        if job.state.is_terminal():
+            return job
+        if time.monotonic() > deadline:
+            pytest.fail(f"job {job_id} still {job.state.value} ({job.reason}) after {timeout:.0f}s")
+        time.sleep(poll)
+
+
+@pytest.fixture(scope="session")
+def wait_job():  # type: ignore[no-untyped-def]
+    """The :func:`wait_for_job` helper, as a fixture (test modules cannot import conftest)."""
+    return wait_for_job
+
+
+@pytest.fixture
+def slurm(slurm_cluster):  # type: ignore[no-untyped-def]
+    """A ``slurm_acme.slurm.Slurm`` client for the test cluster."""
+    from slurm_acme.slurm import Slurm
+
+    return Slurm(timeout=60)

@@ -1,0 +1,77 @@
+"""A 2-node, 8-GPU-per-node job through slurm_acme.slurm, then into the store via `sacme ingest`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+from sqlalchemy import select
+
+from slurm_acme.slurm import JobState
+from slurm_acme.store import open_store
+from slurm_acme.store.schema.core import jobs
+
+pytestmark = pytest.mark.integration
+
+
+def sacme(args, cluster, db_url):  # type: ignore[no-untyped-def]
+    proc = subprocess.run([sys.executable, "-m", "slurm_acme", "--db", db_url, *args],
+                          env=cluster.env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def finished_gpu_job(slurm_cluster, wait_job, tmp_path_factory):  # type: ignore[no-untyped-def]
+    from slurm_acme.slurm import Slurm
+
+    slurm = Slurm(timeout=60)
+    name = f"ingest probe {uuid.uuid4().hex[:6]}"
+    workdir = tmp_path_factory.mktemp("job")
+    job_id = slurm.sbatch(
+        ["-N", "2", "--gpus-per-node=8", "-J", name, "--comment", "acme:type=Debug",
+         "-D", str(workdir), "-o", str(workdir / "out.txt")],
+        "#!/bin/sh\nsrun -l hostname\n")
+    job = wait_job(slurm, job_id)
+    return job_id, name, job
+
+
+def test_job_runs_on_two_nodes(finished_gpu_job, slurm):  # type: ignore[no-untyped-def]
+    job_id, name, job = finished_gpu_job
+    assert job.state is JobState.COMPLETED, job.fields
+    hosts = slurm.show_hostnames(job.nodelist)
+    assert len(hosts) == 2 and all(h.startswith("node") for h in hosts)
+
+
+def test_ingest_finds_job_with_16_gpus_and_no_duplicates(finished_gpu_job, slurm_cluster, tmp_path):  # type: ignore[no-untyped-def]
+    job_id, name, job = finished_gpu_job
+    db_url = f"sqlite:///{tmp_path / 'acme.db'}"
+    first = json.loads(sacme(["ingest", "--since", "1h", "--json"], slurm_cluster, db_url).stdout)
+    assert first["inserted"] >= 1
+    second = json.loads(sacme(["ingest", "--json"], slurm_cluster, db_url).stdout)
+    assert second["inserted"] == 0
+
+    store = open_store(db_url)
+    try:
+        with store.engine.connect() as conn:
+            rows = conn.execute(select(jobs).where(jobs.c.job_id == job_id)).mappings().all()
+    finally:
+        store.dispose()
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["name"] == name
+    assert (row["nodes"], row["gpus"], row["nodelist"]) == (2, 16, job.nodelist)
+    assert row["state"] == "COMPLETED" and row["exit_code"] == 0
+    assert row["workload_type"] == "Debug"
+    assert row["gpu_time_s"] == pytest.approx(row["duration_s"] * 16)
+
+
+def test_sacct_reports_alloc_tres_gres_gpu_16(finished_gpu_job, slurm):  # type: ignore[no-untyped-def]
+    from datetime import datetime, timedelta, timezone
+
+    job_id, _, _ = finished_gpu_job
+    [record] = slurm.sacct(datetime.now(timezone.utc) - timedelta(hours=1), job_ids=[job_id])
+    assert "gres/gpu=16" in record.alloc_tres and record.gpus == 16
