@@ -1,0 +1,47 @@
+"""sbin/acme-cluster's generated config (dry: `print-config` starts nothing)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "sbin" / "acme-cluster"
+
+
+def print_config(*args: str) -> dict[str, str]:
+    out = subprocess.run([sys.executable, str(SCRIPT), "print-config", *args],
+                         capture_output=True, text=True, check=True, timeout=30).stdout
+    lines = [ln for ln in out.splitlines() if ln and not ln.startswith("#")]
+    return {ln.split("=", 1)[0]: ln.split("=", 1)[1] for ln in lines}
+
+
+def test_ports_and_paths_derive_from_port_base_and_dir(tmp_path):
+    conf = print_config("--dir", str(tmp_path), "--port-base", "20000", "--nodes", "3", "--gpus", "2")
+    assert conf["SlurmctldPort"] == "20017" and conf["AccountingStoragePort"] == "20019"
+    assert "Port=[20101-20103]" in conf["NodeName"] and "Gres=gpu:2" in conf["NodeName"]
+    assert conf["NodeName"].startswith("node[1-3] ")
+    assert conf["SlurmdSpoolDir"] == f"{tmp_path}/spool/slurmd-%n"
+    assert not (tmp_path / "etc").exists()
+
+
+def test_hooks_are_the_repos_absolute_paths(tmp_path):
+    conf = print_config("--dir", str(tmp_path))
+    root = SCRIPT.parent.parent
+    assert conf["Prolog"] == str(root / "prolog" / "acme-prolog")
+    assert conf["Epilog"] == str(root / "epilog" / "acme-epilog")
+
+
+def test_settings_the_project_relies_on(tmp_path):
+    conf = print_config("--dir", str(tmp_path))
+    assert conf["AccountingStoreFlags"] == "job_comment"
+    assert conf["AccountingStorageTRES"] == "gres/gpu"
+    assert conf["JobRequeue"] == "1" and conf["PrologFlags"] == "Alloc"
+    assert conf["SlurmdParameters"] == "config_overrides"
+    assert int(conf["MinJobAge"]) >= 300 and int(conf["SlurmdTimeout"]) <= 20
+
+
+def test_single_node_without_gpus_has_no_ranges(tmp_path):
+    conf = print_config("--dir", str(tmp_path), "--nodes", "1", "--gpus", "0", "--port-base", "21000")
+    assert conf["NodeName"].startswith("node1 ") and "Port=21101 " in conf["NodeName"]
+    assert "Gres" not in conf["NodeName"]

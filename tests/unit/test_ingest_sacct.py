@@ -1,0 +1,115 @@
+"""sacct ingest against a real SQLite store with Slurm faked at the client."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from slurm_acme.config import AcmeConfig
+from slurm_acme.ingest.sacct import OVERLAP, ingest_sacct, job_row
+from slurm_acme.ingest.workload import classify, type_from_comment
+from slurm_acme.slurm import JobState, parse
+from slurm_acme.store import open_store
+from slurm_acme.store.schema.core import jobs
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "slurm" / "22.05" / "sacct.json"
+RULES = AcmeConfig().cluster.name_rules
+NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
+
+
+class FakeSlurm:
+    def __init__(self, records):
+        self.records = records
+        self.windows = []
+
+    def sacct(self, start, end=None, job_ids=None, all_users=True):
+        self.windows.append((start, end))
+        return list(self.records)
+
+
+@pytest.fixture
+def store(tmp_path):
+    opened = open_store(f"sqlite:///{tmp_path / 'acme.db'}")
+    yield opened
+    opened.dispose()
+
+
+@pytest.fixture
+def records():
+    return parse.parse_sacct_json(FIXTURE.read_text())
+
+
+def count(store):
+    with store.engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(jobs)).scalar_one()
+
+
+@pytest.mark.parametrize(("comment", "name", "expected"), [
+    ("acme:type=Debug", "pretrain-7b", "Debug"),
+    ("run=1 acme:type=pretrain", "x", "Pretrain"),
+    ("acme:type=Bogus", "opencompass eval", "Eval"),
+    ("", "llava-sft", "SFT"),
+    (None, "something", "Other"),
+    ("xacme:type=Debug", "job", "Other"),
+])
+def test_workload_type_from_comment_then_rules_then_other(comment, name, expected):
+    assert classify(comment, name, RULES) == expected
+
+
+def test_comment_type_is_canonical_case():
+    assert type_from_comment("acme:type=mllm") == "MLLM"
+
+
+def test_job_row_fields(records):
+    row = job_row(next(r for r in records if r.name == "pt 7b"), "acme", RULES)
+    assert row["workload_type"] == "Debug" and row["gpus"] == 16 and row["nodes"] == 2
+    assert row["duration_s"] == 3 and row["gpu_time_s"] == 48 and row["queue_s"] == 0
+    assert row["state"] == "COMPLETED" and row["source"] == "sacct"
+
+
+def test_array_tasks_are_stored_under_their_array_ids(records):
+    ids = {job_row(r, "acme", RULES)["job_id"] for r in records if r.name == "arr"}
+    assert ids == {"3_0", "3_1", "3_2"}
+
+
+def test_ingest_is_idempotent(store, records):
+    slurm = FakeSlurm(records)
+    first = ingest_sacct(store, slurm, cluster="acme", rules=RULES, now=NOW)
+    second = ingest_sacct(store, slurm, cluster="acme", rules=RULES, now=NOW + timedelta(hours=1))
+    assert first.inserted == first.finished == len(records) == count(store)
+    assert second.inserted == 0 and second.updated == len(records)
+
+
+def test_ingest_skips_jobs_that_have_not_finished(store, records):
+    running = replace(records[0], job_id="999", state=JobState.RUNNING)
+    result = ingest_sacct(store, FakeSlurm([*records, running]), cluster="acme", rules=RULES, now=NOW)
+    assert result.seen == len(records) + 1 and result.finished == len(records)
+
+
+def test_second_ingest_resumes_from_watermark_with_overlap(store, records):
+    slurm = FakeSlurm(records)
+    ingest_sacct(store, slurm, cluster="acme", rules=RULES, now=NOW)
+    later = NOW + timedelta(hours=2)
+    ingest_sacct(store, slurm, cluster="acme", rules=RULES, now=later)
+    assert slurm.windows[1] == (NOW - OVERLAP, later)
+
+
+def test_explicit_since_wins_over_watermark(store, records):
+    slurm = FakeSlurm(records)
+    ingest_sacct(store, slurm, cluster="acme", rules=RULES, now=NOW)
+    since = NOW - timedelta(days=3)
+    ingest_sacct(store, slurm, cluster="acme", rules=RULES, since=since, now=NOW)
+    assert slurm.windows[1][0] == since
+
+
+def test_a_late_state_change_updates_the_row(store, records):
+    ingest_sacct(store, FakeSlurm(records), cluster="acme", rules=RULES, now=NOW)
+    changed = [replace(r, restarts=5) if r.name == "pt 7b" else r for r in records]
+    ingest_sacct(store, FakeSlurm(changed), cluster="acme", rules=RULES, now=NOW)
+    with store.engine.connect() as conn:
+        restarts = conn.execute(select(jobs.c.restarts).where(jobs.c.name == "pt 7b")).scalar_one()
+    assert restarts == 5
