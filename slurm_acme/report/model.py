@@ -30,10 +30,10 @@ WORKLOAD_TYPES = ("Eval", "Pretrain", "SFT", "MLLM", "Debug", "Other")
 #: Percentiles reported for run time and queue delay.
 PERCENTILES = (10, 25, 50, 75, 90, 99)
 #: CDF points at 2**k seconds (run time up to ~24 days, queue up to ~9 h).
-RUN_CDF_KS = tuple(range(0, 22))
-QUEUE_CDF_KS = tuple(range(0, 16))
+RUN_CDF_KS = tuple(range(22))
+QUEUE_CDF_KS = tuple(range(16))
 #: GPUs per job at which the GPU-time-weighted scale CDF is read (1..8192).
-SCALE_CDF_KS = tuple(range(0, 14))
+SCALE_CDF_KS = tuple(range(14))
 #: Jobs of at least this many GPUs are "large" (the paper's Fig. 3 cut).
 LARGE_JOB_GPUS = 256
 

@@ -14,9 +14,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from slurm_acme.report.model import Report  # noqa: E402
+from slurm_acme.report.model import Report
 
 #: Which section each figure belongs to (HTML places it there).
 FIGURE_SECTIONS = {

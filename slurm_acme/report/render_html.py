@@ -55,8 +55,8 @@ def render_html(report: Report, pngs: dict[str, bytes]) -> str:
     data = report.to_json()
     o = report.overview
     title = f"sacme report: {o['period']['label']}"
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-             f"<style>{_STYLE}</style><script>{_SCRIPT}</script></head><body>",
+    parts = [(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+             f"<style>{_STYLE}</style><script>{_SCRIPT}</script></head><body>"),
              f"<h1>{html.escape(title)}</h1>"]
     if report.empty:
         parts.append(f"<p class='note' id='empty'>Empty report: no jobs were submitted in "
