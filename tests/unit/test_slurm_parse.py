@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_acme.slurm import JobState, SlurmParseError
-from slurm_acme.slurm import parse
+from slurm_acme.slurm import JobState, SlurmParseError, parse
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "slurm"
 VERSIONS = ["22.05", "23.11"]
