@@ -1,0 +1,91 @@
+"""How the supervisor starts the training command: the srun argv and its environment.
+
+srun is the step launcher of the job's own allocation (the one Slurm command
+run outside :mod:`slurm_acme.slurm`, because it is a long-running child whose
+output the supervisor streams). The argv is a list, never a shell string.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from slurm_acme.ft.spec import TrainSpec
+from slurm_acme.slurm import run_slurm
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    nodes: tuple[str, ...]
+    ntasks_per_node: int
+
+    def node_of_rank(self, rank: int | None) -> str | None:
+        """srun's default block distribution: ranks fill a node before the next."""
+        if rank is None or not self.nodes:
+            return None
+        index = rank // self.ntasks_per_node
+        return self.nodes[index] if 0 <= index < len(self.nodes) else None
+
+
+def master_port(job_id: str, attempt: int) -> int:
+    """A port per (job, attempt), so concurrent worlds on one host never collide."""
+    digits = int("".join(ch for ch in job_id if ch.isdigit()) or "0")
+    return 21000 + (digits * 131 + attempt * 17) % 20000
+
+
+def node_addr(node: str, *, timeout: float = 30.0) -> str | None:
+    """Slurm's ``NodeAddr`` of ``node`` (``scontrol show node``, through the door's runner)."""
+    text = run_slurm(["scontrol", "show", "node", "-o", node], timeout=timeout)
+    match = re.search(r"(?:^|\s)NodeAddr=(\S+)", text)
+    return match.group(1) if match else None
+
+
+def resolve_address(node: str, node_addr: str | None) -> str:
+    """Slurm's NodeAddr when it has one (the truth for the cluster), else DNS."""
+    if node_addr and node_addr != node:
+        return node_addr
+    try:
+        return socket.gethostbyname(node)
+    except OSError:
+        return node_addr or node
+
+
+def srun_argv(spec: TrainSpec, nodes: Sequence[str]) -> tuple[str, ...]:
+    return (
+        "srun", f"--nodes={len(nodes)}", f"--ntasks-per-node={spec.ntasks_per_node}",
+        f"--ntasks={len(nodes) * spec.ntasks_per_node}", "--label", "--kill-on-bad-exit=1",
+        "--export=ALL", "--unbuffered", *spec.argv,
+    )
+
+
+def training_env(spec: TrainSpec, *, base: Mapping[str, str], ckpt_dir: str,
+                 resume_from: str | None, skip_steps: str, metrics_file: str,
+                 master_addr: str, port: int, run_id: str, attempt: int) -> dict[str, str]:
+    spike = spec.fault_tolerance.loss_spike
+    env = dict(base)
+    env.update(spec.env)
+    env.update({
+        "ACME_RUN_ID": run_id,
+        "ACME_ATTEMPT": str(attempt),
+        "ACME_CKPT_DIR": ckpt_dir,
+        "ACME_CKPT_INTERVAL": str(spec.checkpoint.interval),
+        "ACME_CKPT_KEEP": str(spec.checkpoint.keep),
+        "ACME_CKPT_ASYNC": "1" if spec.checkpoint.async_ else "0",
+        "ACME_SKIP_STEPS": skip_steps,
+        "ACME_METRICS_FILE": metrics_file,
+        "ACME_SPIKE_GUARD": "1" if spike.enabled else "0",
+        "ACME_SPIKE_RATIO": str(spike.ratio),
+        "ACME_SPIKE_WARMUP": str(spike.warmup),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(port),
+        "PYTHONUNBUFFERED": "1",
+    })
+    if resume_from:
+        env["ACME_RESUME_FROM"] = resume_from
+    else:
+        env.pop("ACME_RESUME_FROM", None)
+    return env

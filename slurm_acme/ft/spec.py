@@ -1,0 +1,208 @@
+"""``train.yaml``: the validated description of a fault-tolerant pretraining run.
+
+Unknown keys are rejected with the list of valid ones, and every error names
+the file, the line and the field, because a typo in a 3-day job's spec must
+fail at submit time, not silently at hour 40.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from slurm_acme.errors import InputError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class CheckpointSpec(_Section):
+    dir: str = Field(description="where the trainer writes checkpoints (shared by all nodes)")
+    interval: int = Field(default=100, ge=1, description="steps between checkpoints")
+    keep: int = Field(default=3, ge=1, description="checkpoints kept on disk")
+    async_: bool = Field(default=True, alias="async", description="persist in the background")
+
+
+class LossSpikeSpec(_Section):
+    enabled: bool = True
+    #: A loss above ``ratio`` x its moving average is a spike.
+    ratio: float = Field(default=3.0, gt=1)
+    warmup: int = Field(default=10, ge=0, description="steps before the guard arms")
+    #: Steps skipped from the spike on (the offending batches) after a rollback.
+    skip: int = Field(default=1, ge=1)
+
+
+class FaultToleranceSpec(_Section):
+    max_restarts: int = Field(default=3, ge=0)
+    health_check: Literal["allgather", "none"] = "allgather"
+    #: Seconds without a new training step before the job counts as hung.
+    hang_timeout: float = Field(default=600.0, gt=0)
+    loss_spike: LossSpikeSpec = Field(default_factory=LossSpikeSpec)
+    exclude: list[str] = Field(default_factory=list, description="nodes never to use")
+    #: Seconds before the time limit at which Slurm sends USR2 (checkpoint, requeue).
+    signal_lead: int = Field(default=120, ge=1)
+    #: Seconds the pre-flight/culprit health check may take per pair test.
+    health_timeout: float = Field(default=60.0, gt=0)
+
+
+class DiagnosisSpec(_Section):
+    rules: list[str] = Field(default_factory=list, description="extra rule files")
+    llm: bool = False
+
+
+class TrainSpec(_Section):
+    name: str = Field(min_length=1)
+    nodes: int = Field(ge=1)
+    gpus_per_node: int = Field(default=0, ge=0)
+    ntasks_per_node: int = Field(default=1, ge=1)
+    cpus_per_task: int | None = Field(default=None, ge=1)
+    partition: str | None = None
+    time: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    command: list[str] | str
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    checkpoint: CheckpointSpec
+    fault_tolerance: FaultToleranceSpec = Field(default_factory=FaultToleranceSpec)
+    diagnosis: DiagnosisSpec = Field(default_factory=DiagnosisSpec)
+
+    @field_validator("command")
+    @classmethod
+    def _command_not_empty(cls, value: list[str] | str) -> list[str] | str:
+        if not value or (isinstance(value, str) and not value.strip()):
+            raise ValueError("command must not be empty")
+        return value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_as_text(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+        return value
+
+    @property
+    def argv(self) -> list[str]:
+        """The training command as an argument list (a string runs under ``bash -c``)."""
+        return ["bash", "-c", self.command] if isinstance(self.command, str) else list(self.command)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainSpec:
+        return cls.model_validate_json(text)
+
+
+# ---------------------------------------------------------------- loading
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model that owns the field at ``loc`` (for listing valid keys)."""
+    for part in loc:
+        field = model.model_fields.get(str(part)) or next(
+            (f for f in model.model_fields.values() if f.alias == part), None)
+        if field is None:
+            return None
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+        else:
+            return None
+    return model
+
+
+def _valid_keys(model: type[BaseModel]) -> list[str]:
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _node_line(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the YAML node at ``loc`` (the deepest one that exists)."""
+    node, line = root, (root.start_mark.line + 1 if root is not None else None)
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == str(part):
+                    node, line = value, key.start_mark.line + 1
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def _describe(error: dict[str, Any]) -> str:
+    loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p in {"str", "list[str]"}))
+    field = ".".join(str(p) for p in loc) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        owner = _model_at(TrainSpec, loc[:-1])
+        valid = ", ".join(_valid_keys(owner)) if owner else "?"
+        return f"unknown field {field!r} (valid: {valid})"
+    if error["type"] == "missing":
+        return f"missing field {field!r}"
+    return f"field {field!r}: {error['msg']} (got {error.get('input')!r})"
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``--set a.b=value``: value read as YAML (``--set nodes=4`` is an int)."""
+    out = json.loads(json.dumps(data))
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--set {item!r}: expected key=value (e.g. --set nodes=4)")
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            value = raw
+        parts = key.strip().split(".")
+        target = out
+        for part in parts[:-1]:
+            nxt = target.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise InputError(f"--set {item!r}: {part!r} is not a section")
+            target = nxt
+        target[parts[-1]] = value
+    return out
+
+
+def parse_spec(text: str, source: str, overrides: list[str] | None = None) -> TrainSpec:
+    """Validate a ``train.yaml`` text; every error is one line naming file, line, field."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(f"{source}{where}: not valid YAML: {problem}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a mapping of fields at the top level "
+                         f"(valid: {', '.join(_valid_keys(TrainSpec))})")
+    data = apply_overrides(data, overrides or [])
+    try:
+        return TrainSpec.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        line = _node_line(root, tuple(error["loc"]))
+        where = f":{line}" if line else ""
+        raise InputError(f"{source}{where}: {_describe(error)}") from None
+
+
+def load_spec(path: str | Path, overrides: list[str] | None = None) -> TrainSpec:
+    """Read and validate a ``train.yaml`` file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+    return parse_spec(text, str(path), overrides)

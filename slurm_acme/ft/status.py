@@ -1,0 +1,93 @@
+"""What ``sacme status`` shows: a run's attempts, their endings, and its goodput.
+
+Built from the store (attempts, failures, checkpoints) plus the metrics files
+the attempts wrote, into a frozen record that the CLI renders as a table or
+as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from slurm_acme.ft.metrics import useful_seconds
+from slurm_acme.ft.plan import run_dir_for
+from slurm_acme.store import Store
+from slurm_acme.store import runs as run_store
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    attempt: int
+    job_id: str
+    nodes: str
+    start_ts: float
+    end_ts: float | None
+    outcome: str | None
+    exit_code: int | None
+    reason: str | None
+    diagnosis: dict[str, Any] | None
+    excluded: list[str]
+    resumed_from_step: int | None
+    skip_steps: str
+    last_step: int | None
+    time_lost_s: float | None
+
+
+@dataclass(frozen=True)
+class RunView:
+    run_id: str
+    name: str
+    state: str
+    reason: str | None
+    job_id: str | None
+    attempts: list[AttemptView]
+    excluded_nodes: list[str]
+    checkpoints: list[int]
+    wall_s: float
+    useful_s: float
+    time_lost_s: float
+    goodput: float | None
+    last_step: int | None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+
+def metric_files(run: run_store.RunRow, attempts: list[run_store.AttemptRow]) -> list[Path]:
+    run_dir = Path(run_dir_for(run.workdir or ".", run.run_id))
+    return [run_dir / f"attempt-{a.attempt}-{a.job_id}.metrics.jsonl" for a in attempts]
+
+
+def run_view(store: Store, run: run_store.RunRow) -> RunView:
+    attempts = run_store.list_attempts(store, run.run_id)
+    failures = run_store.get_failures(store, [a.failure_id for a in attempts if a.failure_id])
+    views = []
+    for a in attempts:
+        f = failures.get(a.failure_id) if a.failure_id else None
+        diagnosis = None
+        if f is not None:
+            diagnosis = {"category": f.category, "origin": f.origin, "action": f.action,
+                         "node": f.node, "rule_id": f.rule_id, "source": f.source,
+                         "evidence": (f.evidence or "").splitlines()[:5]}
+        views.append(AttemptView(
+            attempt=a.attempt, job_id=a.job_id, nodes=a.nodelist or "", start_ts=a.start_ts,
+            end_ts=a.end_ts, outcome=a.outcome, exit_code=a.exit_code,
+            reason=a.details.get("reason"), diagnosis=diagnosis, excluded=a.excluded,
+            resumed_from_step=a.resumed_from_step, skip_steps=a.skip_steps or "",
+            last_step=a.last_step, time_lost_s=a.time_lost_s))
+    useful, last_step = useful_seconds(metric_files(run, attempts))
+    first = min((a.start_ts for a in attempts), default=None)
+    last = max((a.end_ts or time.time() for a in attempts), default=None)
+    wall = (last - first) if first is not None and last is not None else 0.0
+    lost = sum(a.time_lost_s or 0.0 for a in attempts)
+    excluded = sorted({n for a in attempts for n in a.excluded})
+    ckpts = [c.step for c in run_store.list_checkpoints(store, run.run_id)]
+    return RunView(run_id=run.run_id, name=run.name, state=run.state, reason=run.reason,
+                   job_id=run.last_job_id, attempts=views, excluded_nodes=excluded,
+                   checkpoints=ckpts, wall_s=round(wall, 2), useful_s=round(useful, 2),
+                   time_lost_s=round(lost, 2),
+                   goodput=round(useful / wall, 3) if wall > 0 else None, last_step=last_step)

@@ -1,0 +1,50 @@
+"""Execute a :class:`SubmitPlan`: check it fits the cluster, record the run, sbatch it.
+
+Nothing is half-submitted: the store is written first and the run row is
+removed again if ``sbatch`` refuses, so a failed submit leaves no trace.
+"""
+
+from __future__ import annotations
+
+import getpass
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from slurm_acme.errors import InputError
+from slurm_acme.ft.plan import SubmitPlan
+from slurm_acme.slurm import NodeInfo, Slurm, SlurmError
+from slurm_acme.store import Store
+from slurm_acme.store import runs as run_store
+
+
+def check_fits(plan: SubmitPlan, nodes: Sequence[NodeInfo]) -> None:
+    """Reject a spec the cluster can never run (more nodes than it has, all excluded)."""
+    spec = plan.spec
+    names = {n.name for n in nodes}
+    unknown = sorted(set(spec.fault_tolerance.exclude) - names)
+    if unknown:
+        raise InputError(f"{plan.spec_path}: field 'fault_tolerance.exclude': "
+                         f"unknown node(s) {', '.join(unknown)} (cluster has {len(names)} nodes)")
+    usable = names - set(spec.fault_tolerance.exclude)
+    if spec.nodes > len(usable):
+        extra = f" after excluding {len(names) - len(usable)}" if len(usable) < len(names) else ""
+        raise InputError(f"{plan.spec_path}: field 'nodes': {spec.nodes} nodes requested but "
+                         f"the cluster has {len(usable)}{extra}")
+
+
+def submit_plan(plan: SubmitPlan, *, slurm: Slurm, store: Store, cluster: str) -> str:
+    """Submit and record; return the Slurm job id."""
+    check_fits(plan, slurm.sinfo_nodes())
+    Path(plan.run_dir).mkdir(parents=True, exist_ok=True)
+    (Path(plan.workdir) / Path(plan.spec.checkpoint.dir).expanduser()).mkdir(parents=True, exist_ok=True)
+    run_store.create_run(store, run_id=plan.run_id, name=plan.spec.name, cluster=cluster,
+                         user=getpass.getuser(), spec=plan.spec.to_json(), workdir=plan.workdir,
+                         created_ts=time.time(), state="SUBMITTING")
+    try:
+        job_id = slurm.sbatch(plan.sbatch_options, plan.script)
+    except (SlurmError, OSError):
+        run_store.delete_run(store, plan.run_id)
+        raise
+    run_store.update_run(store, plan.run_id, state="PENDING", last_job_id=job_id)
+    return job_id
