@@ -1,0 +1,80 @@
+"""The shard file format: a small JSON header, then the arena's raw bytes.
+
+    b"ACMESHD1" | uint64 little-endian header length | header JSON | pad to 64 | data
+
+The header holds the state skeleton (see :mod:`tree`) and each tensor's dtype,
+shape, offset and size in the data section. Writing is one sequential stream
+from the host arena (no serialisation on the persist path); reading is one
+read plus zero-copy tensor views.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MAGIC = b"ACMESHD1"
+_ALIGN = 64
+
+
+class CorruptShard(ValueError):
+    """A shard file whose size, checksum or structure is wrong."""
+
+
+def encode_header(skeleton: Any, slots: list[dict], data_bytes: int) -> bytes:
+    body = json.dumps({"skeleton": skeleton, "tensors": slots, "data_bytes": data_bytes},
+                      separators=(",", ":")).encode()
+    head = MAGIC + struct.pack("<Q", len(body)) + body
+    pad = (-len(head)) % _ALIGN
+    return head + b"\0" * pad
+
+
+def parse_header(raw: bytes | bytearray, path: Path) -> tuple[dict, int]:
+    """The header dict and the offset where the data section starts."""
+    if raw[:8] != MAGIC or len(raw) < 16:
+        raise CorruptShard(f"{path}: not an acme shard file")
+    (hlen,) = struct.unpack("<Q", raw[8:16])
+    try:
+        header = json.loads(raw[16:16 + hlen])
+    except ValueError as exc:
+        raise CorruptShard(f"{path}: unreadable header: {exc}") from exc
+    return header, 16 + hlen + (-(16 + hlen)) % _ALIGN
+
+
+@dataclass(frozen=True)
+class LoadedShard:
+    skeleton: Any
+    tensors: list  # list[torch.Tensor], views into the file's bytes
+
+
+def read_shard(path: Path, expect_bytes: int | None = None,
+               expect_checksum: str | None = None) -> LoadedShard:
+    """Read and verify a shard; raise CorruptShard naming what is wrong."""
+    import torch
+
+    raw = bytearray(path.read_bytes())
+    if expect_bytes is not None and len(raw) != expect_bytes:
+        raise CorruptShard(f"{path}: {len(raw)} bytes, manifest says {expect_bytes}")
+    if expect_checksum is not None:
+        got = f"crc32:{zlib.crc32(raw) & 0xFFFFFFFF:08x}"
+        if got != expect_checksum:
+            raise CorruptShard(f"{path}: checksum {got}, manifest says {expect_checksum}")
+    header, start = parse_header(raw, path)
+    if len(raw) - start != header["data_bytes"]:
+        raise CorruptShard(f"{path}: data section is {len(raw) - start} bytes, header says "
+                           f"{header['data_bytes']}")
+    data = torch.frombuffer(raw, dtype=torch.uint8, offset=start) if header["data_bytes"] else (
+        torch.empty(0, dtype=torch.uint8))
+    tensors = []
+    for slot in header["tensors"]:
+        dtype = getattr(torch, slot["dtype"])
+        if slot["nbytes"] == 0:
+            tensors.append(torch.empty(slot["shape"], dtype=dtype))
+            continue
+        chunk = data[slot["offset"]:slot["offset"] + slot["nbytes"]]
+        tensors.append(chunk.view(dtype).view(slot["shape"]))
+    return LoadedShard(skeleton=header["skeleton"], tensors=tensors)
