@@ -1,0 +1,123 @@
+"""The two-round allgather bisection, with the test transport injected.
+
+Round 1 splits the nodes, in a seeded random order, into 2-node groups and
+tests each group; an odd node out joins the last pair as a 3-node world, so
+every node is in exactly one round-1 test. Nodes of a passing group are good.
+Every node of a failing group is a suspect.
+
+Round 2 re-pairs each suspect with a node that passed, cycling through the
+passed nodes: the test then fails only when the suspect itself is faulty, so
+its verdict is the verdict of that one test. No node sits in two concurrent
+tests; when suspects outnumber passed nodes round 2 runs in several waves
+(each wave counts as a round). If nothing passed in round 1 there is no known
+good partner: each node is then tested alone (single-node fallback), which
+still finds a node whose own collective fails but cannot blame a link.
+
+Nothing here knows about Slurm or torch: ``run_test`` is any callable from a
+group of nodes to a :class:`TestResult`, so the simulator and unit tests drive
+this module directly and the srun transport lives in its own module.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from slurm_acme.health.records import Evidence, TestResult
+
+Group = tuple[str, ...]
+RunTest = Callable[[Group], TestResult]
+Progress = Callable[[str], None]
+
+TEST_PAIR = "allgather:pair"
+TEST_TRIPLE = "allgather:triple"
+TEST_REPAIR = "allgather:repair"
+TEST_SINGLE = "allgather:single"
+
+
+@dataclass(frozen=True)
+class BisectionOutcome:
+    """Verdicts of the collective tests (pre-checks are not part of it)."""
+
+    bad: tuple[str, ...]
+    good: tuple[str, ...]
+    rounds: int
+    tests: int
+    evidence: tuple[Evidence, ...]
+    fallback_single_node: bool
+
+
+def round1_groups(nodes: Sequence[str], seed: int | None = None) -> list[Group]:
+    """Pairs in a seeded random order; an odd node out makes the last pair a triple."""
+    order = list(dict.fromkeys(nodes))
+    random.Random(seed).shuffle(order)
+    if len(order) == 1:
+        return [(order[0],)]
+    groups: list[Group] = [(order[i], order[i + 1]) for i in range(0, len(order) - 1, 2)]
+    if len(order) % 2:
+        groups[-1] = (*groups[-1], order[-1])
+    return groups
+
+
+def round2_waves(suspects: Sequence[str], passed: Sequence[str]) -> list[list[Group]]:
+    """Pair suspect ``i`` with ``passed[i % len(passed)]``, in waves of distinct partners."""
+    if not passed:
+        raise ValueError("round 2 needs at least one node that passed round 1")
+    pairs = [(suspect, passed[i % len(passed)]) for i, suspect in enumerate(suspects)]
+    width = len(passed)
+    return [pairs[i:i + width] for i in range(0, len(pairs), width)]
+
+
+def run_round(groups: Sequence[Group], run_test: RunTest, parallel: int) -> list[TestResult]:
+    """Run one round's tests concurrently (``parallel`` at a time); results in group order."""
+    if parallel <= 1 or len(groups) <= 1:
+        return [run_test(group) for group in groups]
+    with ThreadPoolExecutor(max_workers=min(parallel, len(groups))) as pool:
+        return list(pool.map(run_test, groups))
+
+
+def bisect(nodes: Sequence[str], run_test: RunTest, *, seed: int | None = None,
+           parallel: int = 64, progress: Progress | None = None) -> BisectionOutcome:
+    """Find the nodes whose collective fails, in two rounds of concurrent tests."""
+    say = progress or (lambda _msg: None)
+    nodes = list(dict.fromkeys(nodes))
+    if not nodes:
+        return BisectionOutcome((), (), 0, 0, (), False)
+    evidence: list[Evidence] = []
+
+    groups = round1_groups(nodes, seed)
+    say(f"round 1: {len(groups)} test(s) over {len(nodes)} node(s)")
+    results = run_round(groups, run_test, parallel)
+    evidence += [Evidence.from_result(r, _round1_name(r.group), 1) for r in results]
+    passed = [n for r in results if r.passed for n in r.group]
+    suspects = [n for r in results if not r.passed for n in r.group]
+    rounds, tests = 1, len(groups)
+    if not suspects:
+        return BisectionOutcome((), tuple(nodes), rounds, tests, tuple(evidence), False)
+    if len(nodes) == 1:
+        return BisectionOutcome(tuple(nodes), (), rounds, tests, tuple(evidence), False)
+
+    fallback = not passed
+    if fallback:
+        say("round 1: no group passed; falling back to a single-node test of each node")
+        waves: list[list[Group]] = [[(n,) for n in suspects]]
+    else:
+        waves = round2_waves(suspects, passed)
+    bad: list[str] = []
+    for wave in waves:
+        rounds += 1
+        say(f"round {rounds}: {len(wave)} test(s) of {len(suspects)} suspect(s)")
+        results = run_round(wave, run_test, parallel)
+        tests += len(wave)
+        name = TEST_SINGLE if fallback else TEST_REPAIR
+        evidence += [Evidence.from_result(r, name, rounds) for r in results]
+        bad += [r.group[0] for r in results if not r.passed]
+    bad_set = set(bad)
+    return BisectionOutcome(tuple(n for n in nodes if n in bad_set),
+                            tuple(n for n in nodes if n not in bad_set), rounds, tests, tuple(evidence), fallback)
+
+
+def _round1_name(group: Group) -> str:
+    return {1: TEST_SINGLE, 2: TEST_PAIR}.get(len(group), TEST_TRIPLE)
