@@ -52,6 +52,41 @@ gpu_samples = Table(
 Index("ix_gpu_samples_ts", gpu_samples.c.ts)
 Index("ix_gpu_samples_job", gpu_samples.c.job_id)
 
+#: One row per (job, node): the prolog mark (start, GPU mapping), the epilog mark
+#: (end, exit code) and, once the job ended there, that node's share of the job
+#: summary as sums and counts so node shares combine into exact job means.
+job_nodes = Table(
+    "job_nodes",
+    metadata,
+    Column("cluster", String(64), primary_key=True),
+    Column("job_id", String(64), primary_key=True),
+    Column("node", String(128), primary_key=True),
+    Column("user", String(64)),
+    Column("start_ts", Float),
+    Column("end_ts", Float),
+    Column("exit_code", Integer),
+    Column("gpu_indices", Text),  # comma-separated, as Slurm allocated them on this node
+    Column("gpu_uuids", Text),  # comma-separated, where the collector knows them
+    Column("n_gpu_samples", Integer),
+    Column("n_node_samples", Integer),
+    Column("gpu_util_sum", Float),
+    Column("gpu_util_n", Integer),
+    Column("gpu_util_max", Float),
+    Column("sm_active_sum", Float),
+    Column("sm_active_n", Integer),
+    Column("sm_active_max", Float),
+    Column("gpu_mem_sum", Float),
+    Column("gpu_mem_n", Integer),
+    Column("gpu_mem_max", Float),
+    Column("gpu_energy_j", Float),
+    Column("node_energy_j", Float),
+    Column("covered_s", Float),
+    Column("flags", Text),
+    #: Spool bookkeeping: 0 until this row's latest version reached the central store.
+    Column("synced", Integer, nullable=False, default=0),
+)
+Index("ix_job_nodes_open", job_nodes.c.node, job_nodes.c.end_ts)
+
 #: Written once per job (and node set) at job end by the collector's flush.
 job_summaries = Table(
     "job_summaries",
@@ -62,6 +97,8 @@ job_summaries = Table(
     Column("end_ts", Float),
     Column("exit_code", Integer),
     Column("nodes", Text),
+    Column("user", String(64)),
+    Column("gpus", Integer),
     Column("gpu_util_mean", Float),
     Column("gpu_util_max", Float),
     Column("sm_active_mean", Float),

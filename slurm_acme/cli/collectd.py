@@ -1,0 +1,148 @@
+"""``sacme collectd``: the node collector, and the admin's spool commands."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import click
+
+from slurm_acme.cli.context import AppContext, pass_app
+from slurm_acme.errors import InputError
+from slurm_acme.telemetry.settings import CollectorSettings
+
+
+def _settings(app: AppContext, node: str | None, **overrides: object) -> CollectorSettings:
+    return CollectorSettings.from_config(app.config, node=node, store_url=app.store_url,
+                                         **overrides)
+
+
+def _logging(logfile: str | None) -> None:
+    handler: logging.Handler = (logging.FileHandler(logfile) if logfile
+                                else logging.StreamHandler())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger("acme")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+@click.group(invoke_without_command=True)
+@click.option("--node", help="Slurm node name (default: $SLURMD_NODENAME, else the short hostname).")
+@click.option("--interval", type=float, help="Seconds between samples (telemetry.interval_s).")
+@click.option("--spool-dir", type=click.Path(file_okay=False),
+              help="Node-local spool folder (telemetry.spool_dir).")
+@click.option("--synthetic-gpus", type=click.IntRange(min=0),
+              help="SYNTHETIC GPUs for an emulated cluster only (telemetry.synthetic_gpus).")
+@click.option("--once", is_flag=True, help="Take one sample, flush, and exit.")
+@click.option("--log-file", type=click.Path(dir_okay=False), help="Log here instead of stderr.")
+@pass_app
+@click.pass_context
+def collectd(ctx: click.Context, app: AppContext, node: str | None, interval: float | None,
+             spool_dir: str | None, synthetic_gpus: int | None, once: bool,
+             log_file: str | None) -> None:
+    """Run this node's telemetry collector (samples -> spool -> store).
+
+    One runs per node; a second one exits at once. Hooks start it when it is
+    not running; a systemd unit (etc/systemd/acme-collectd.service) may too.
+    """
+    if ctx.invoked_subcommand is not None:
+        ctx.obj = app
+        ctx.meta["collectd.node"] = node
+        ctx.meta["collectd.spool_dir"] = spool_dir
+        return
+    if interval is not None and interval <= 0:
+        raise InputError(f"--interval must be positive (got {interval})")
+    from slurm_acme.telemetry.daemon import run_collector
+
+    _logging(log_file)
+    settings = _settings(app, node, interval_s=interval, spool_dir=spool_dir,
+                         synthetic_gpus=synthetic_gpus)
+    ctx.exit(run_collector(settings, once=once))
+
+
+def _nodes(settings: CollectorSettings, all_nodes: bool) -> list[str]:
+    if not all_nodes:
+        return [settings.node]
+    if not settings.spool_dir.is_dir():
+        raise InputError(f"spool folder {settings.spool_dir} does not exist")
+    return sorted(p.name for p in settings.spool_dir.iterdir() if (p / "spool.db").exists())
+
+
+@collectd.command()
+@click.option("--all", "all_nodes", is_flag=True, help="Every node spool under the spool folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print counts as JSON.")
+@click.pass_context
+def flush(ctx: click.Context, all_nodes: bool, as_json: bool) -> None:
+    """Copy what node spools hold into the store given by --db (idempotent backfill)."""
+    from slurm_acme.store import open_store
+    from slurm_acme.store import telemetry as tstore
+
+    app: AppContext = ctx.obj
+    base = _settings(app, ctx.meta["collectd.node"], spool_dir=ctx.meta["collectd.spool_dir"])
+    target = app.store()
+    out = {}
+    for name in _nodes(base, all_nodes):
+        node = _settings(app, name, spool_dir=ctx.meta["collectd.spool_dir"])
+        spool = open_store(node.spool_url)
+        try:
+            result = tstore.copy_all(spool, target, batch=node.flush_batch,
+                                     min_coverage=node.min_coverage)
+        finally:
+            spool.dispose()
+        out[name] = {"gpu_rows": result.gpu_rows, "node_rows": result.node_rows,
+                     "job_rows": result.job_rows}
+    if as_json:
+        click.echo(json.dumps(out))
+    else:
+        for name, counts in out.items():
+            click.echo(f"{name}: {counts['node_rows']} node samples, {counts['gpu_rows']} GPU "
+                       f"samples, {counts['job_rows']} job rows")
+
+
+@collectd.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the summaries as JSON.")
+@click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True)
+@click.argument("job_ids", nargs=-1)
+@click.pass_context
+def summaries(ctx: click.Context, as_json: bool, limit: int, job_ids: tuple[str, ...]) -> None:
+    """Per-job telemetry summaries in the store (latest first)."""
+    from slurm_acme.store import telemetry as tstore
+
+    app: AppContext = ctx.obj
+    rows = tstore.recent_summaries(app.store(), limit, list(job_ids) or None)
+    if as_json:
+        click.echo(json.dumps(rows, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("job", "nodes", "gpus", "util mean/max %", "SM active mean", "GPU energy kJ",
+                  "node energy kJ", "coverage", "flags")
+    for r in rows:
+        def num(v, fmt="{:.1f}"):  # type: ignore[no-untyped-def]
+            return "-" if v is None else fmt.format(v)
+        table.add_row(r["job_id"], r["nodes"] or "-", str(r["gpus"] or 0),
+                      f"{num(r['gpu_util_mean'])}/{num(r['gpu_util_max'])}",
+                      num(r["sm_active_mean"], "{:.2f}"),
+                      num(None if r["gpu_energy_j"] is None else r["gpu_energy_j"] / 1000),
+                      num(None if r["node_energy_j"] is None else r["node_energy_j"] / 1000),
+                      num(r["coverage"], "{:.0%}"), r["flags"] or "")
+    Console().print(table)
+
+
+@collectd.command()
+@click.option("--dry-run", is_flag=True, help="Only say what would be deleted.")
+@click.pass_context
+def prune(ctx: click.Context, dry_run: bool) -> None:
+    """Delete raw samples older than store.sample_retention_days (summaries stay)."""
+    from slurm_acme.store import telemetry as tstore
+
+    app: AppContext = ctx.obj
+    days = app.config.store.sample_retention_days
+    before = time.time() - days * 86400
+    if dry_run:
+        click.echo(f"would delete GPU and node samples older than {days} days (ts < {before:.0f})")
+        return
+    removed = tstore.prune_samples(app.store(), before)
+    click.echo(f"deleted {removed} samples older than {days} days")

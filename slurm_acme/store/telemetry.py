@@ -1,0 +1,326 @@
+"""Telemetry queries: the node-local spool and the central store share these tables.
+
+The spool is a :class:`Store` on a node-local SQLite file with the same schema
+as the central store, so a flush is a copy of rows between two stores with
+the same columns. Sample rows are keyed by (cluster, node, ts[, gpu_index])
+and copied with insert-or-ignore, which makes every flush idempotent: a
+collector killed between the central commit and its own watermark update
+re-sends a batch and the store keeps one copy.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, and_, case, delete, func, select, text, update
+
+from slurm_acme.store.engine import Store
+from slurm_acme.store.rows import get_meta, set_meta, upsert
+from slurm_acme.store.schema.telemetry import gpu_samples, job_nodes, job_summaries, node_samples
+
+GPU_KEY = ("cluster", "node", "ts", "gpu_index")
+NODE_KEY = ("cluster", "node", "ts")
+JOB_NODE_KEY = ("cluster", "job_id", "node")
+_WATERMARK = "telemetry.spool.flushed.{}"
+_SUMMED = ("gpu_util", "sm_active", "gpu_mem")
+
+
+# ------------------------------------------------------------------ spool side
+
+def insert_tick(spool: Store, node_row: Mapping[str, Any], gpu_rows: Sequence[Mapping[str, Any]]) -> None:
+    """One sampling tick, committed as a unit (kill -9 loses at most this tick)."""
+    with spool.engine.begin() as conn:
+        upsert(conn, node_samples, [node_row], NODE_KEY, update=())
+        upsert(conn, gpu_samples, list(gpu_rows), GPU_KEY, update=())
+
+
+def record_start(spool: Store, row: Mapping[str, Any]) -> None:
+    """A prolog mark: the job started on this node with these GPUs (a requeue restarts it)."""
+    fields = {**row, "end_ts": None, "exit_code": None, "synced": 0}
+    with spool.engine.begin() as conn:
+        upsert(conn, job_nodes, [fields], JOB_NODE_KEY)
+
+
+def record_end(spool: Store, key: Mapping[str, str], end_ts: float, exit_code: int | None,
+               partial: Mapping[str, Any]) -> None:
+    """An epilog mark plus this node's share of the job summary."""
+    row = {**key, "end_ts": end_ts, "exit_code": exit_code, **partial, "synced": 0}
+    with spool.engine.begin() as conn:
+        upsert(conn, job_nodes, [row], JOB_NODE_KEY)
+
+
+def job_node(spool: Store, cluster: str, job_id: str, node: str) -> dict[str, Any] | None:
+    c = job_nodes.c
+    with spool.engine.connect() as conn:
+        row = conn.execute(select(job_nodes).where(and_(
+            c.cluster == cluster, c.job_id == job_id, c.node == node))).first()
+    return dict(row._mapping) if row else None
+
+
+def open_jobs(spool: Store, cluster: str, node: str) -> list[dict[str, Any]]:
+    """Jobs whose prolog ran on ``node`` and whose epilog has not (yet)."""
+    c = job_nodes.c
+    with spool.engine.connect() as conn:
+        rows = conn.execute(select(job_nodes).where(and_(
+            c.cluster == cluster, c.node == node, c.end_ts.is_(None), c.start_ts.isnot(None))))
+        return [dict(r._mapping) for r in rows]
+
+
+def node_share(spool: Store, cluster: str, node: str, job_id: str, start: float,
+               end: float) -> dict[str, Any]:
+    """SQL aggregates of one job's samples on one node, for its summary share."""
+    g, n = gpu_samples.c, node_samples.c
+    gpu_window = and_(g.cluster == cluster, g.node == node, g.job_id == job_id,
+                      g.ts >= start, g.ts <= end)
+    node_window = and_(n.cluster == cluster, n.node == node, n.ts >= start, n.ts <= end)
+    sentinel = g.flags.like("%sentinel:%") | g.flags.like("%garbage:%")
+    with spool.engine.connect() as conn:
+        gpu = conn.execute(select(
+            func.count(), func.sum(g.util_percent), func.count(g.util_percent), func.max(g.util_percent),
+            func.sum(g.sm_active), func.count(g.sm_active), func.max(g.sm_active),
+            func.sum(g.mem_used_bytes), func.count(g.mem_used_bytes), func.max(g.mem_used_bytes),
+            func.sum(g.power_w), func.count(func.distinct(g.ts)),
+            func.sum(case((sentinel, 1), else_=0)),
+            func.max(g.source),
+        ).where(gpu_window)).one()
+        node_row = conn.execute(select(
+            func.count(), func.sum(n.node_power_w), func.count(n.node_power_w),
+        ).where(node_window)).one()
+    return {"n_gpu_samples": int(gpu[0]), "gpu_util_sum": gpu[1], "gpu_util_n": int(gpu[2]),
+            "gpu_util_max": gpu[3], "sm_active_sum": gpu[4], "sm_active_n": int(gpu[5]),
+            "sm_active_max": gpu[6], "gpu_mem_sum": gpu[7], "gpu_mem_n": int(gpu[8]),
+            "gpu_mem_max": gpu[9], "gpu_power_sum": gpu[10], "gpu_ticks": int(gpu[11]),
+            "bad_values": int(gpu[12] or 0), "gpu_source": gpu[13],
+            "n_node_samples": int(node_row[0]), "node_power_sum": node_row[1],
+            "node_power_n": int(node_row[2])}
+
+
+# ------------------------------------------------------------------ flush
+
+@dataclass(frozen=True)
+class FlushResult:
+    gpu_rows: int = 0
+    node_rows: int = 0
+    job_rows: int = 0
+
+    def __add__(self, other: FlushResult) -> FlushResult:
+        return FlushResult(self.gpu_rows + other.gpu_rows, self.node_rows + other.node_rows,
+                           self.job_rows + other.job_rows)
+
+
+def _watermark(conn: Connection, table: str) -> int:
+    return int(get_meta(conn, _WATERMARK.format(table)) or 0)
+
+
+def _copy_samples(spool: Store, central: Store, table, key: Sequence[str], batch: int) -> int:  # type: ignore[no-untyped-def]
+    """Send rows above the spool's watermark in id order, one batch per transaction."""
+    sent = 0
+    columns = [c for c in table.c if c.name != "id"]
+    while True:
+        with spool.engine.connect() as sconn:
+            mark = _watermark(sconn, table.name)
+            rows = sconn.execute(select(table.c.id, *columns).where(table.c.id > mark)
+                                 .order_by(table.c.id).limit(batch)).all()
+        if not rows:
+            return sent
+        payload = [{c.name: r._mapping[c.name] for c in columns} for r in rows]
+        with central.engine.begin() as cconn:
+            upsert(cconn, table, payload, key, update=())
+        with spool.engine.begin() as sconn:
+            set_meta(sconn, _WATERMARK.format(table.name), str(rows[-1].id))
+        sent += len(rows)
+
+
+def flush(spool: Store, central: Store, *, batch: int, min_coverage: float) -> FlushResult:
+    """Push everything the central store has not acknowledged; raises if it is down.
+
+    Samples first, then job rows, so a job summary is computed over samples
+    that are already central. A failure leaves the spool untouched past the
+    last acknowledged batch.
+    """
+    gpu = _copy_samples(spool, central, gpu_samples, GPU_KEY, batch)
+    node = _copy_samples(spool, central, node_samples, NODE_KEY, batch)
+    with spool.engine.connect() as sconn:
+        pending = [dict(r._mapping) for r in sconn.execute(
+            select(job_nodes).where(job_nodes.c.synced == 0))]
+    for row in pending:
+        _send_job_node(central, row, min_coverage)
+        c = job_nodes.c
+        with spool.engine.begin() as sconn:
+            sconn.execute(update(job_nodes).where(and_(
+                c.cluster == row["cluster"], c.job_id == row["job_id"], c.node == row["node"],
+                func.coalesce(c.end_ts, -1.0) == (row["end_ts"] if row["end_ts"] is not None else -1.0),
+            )).values(synced=1))
+    return FlushResult(gpu, node, len(pending))
+
+
+def _send_job_node(central: Store, row: Mapping[str, Any], min_coverage: float) -> None:
+    """Upsert one node's job row and recompute the job's summary, serialised per job.
+
+    The lock makes the last node to finish see every other node's committed
+    share; without it two nodes ending together could each write a summary
+    missing the other.
+    """
+    with central.engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            lock = zlib.crc32(f"{row['cluster']}/{row['job_id']}".encode()) & 0x7FFFFFFF
+            conn.execute(text("SELECT pg_advisory_xact_lock(716372, :k)"), {"k": lock})
+        upsert(conn, job_nodes, [{**row, "synced": 1}], JOB_NODE_KEY)
+        if row.get("end_ts") is not None:
+            _write_summary(conn, row["cluster"], row["job_id"], min_coverage)
+
+
+def _write_summary(conn: Connection, cluster: str, job_id: str, min_coverage: float) -> None:
+    c = job_nodes.c
+    shares = [dict(r._mapping) for r in conn.execute(
+        select(job_nodes).where(and_(c.cluster == cluster, c.job_id == job_id)))]
+    upsert(conn, job_summaries, [summarise(shares, min_coverage)], ["cluster", "job_id"])
+
+
+def summarise(shares: Sequence[Mapping[str, Any]], min_coverage: float) -> dict[str, Any]:
+    """Combine per-node shares into the job's summary (exact means from sums and counts)."""
+    first = shares[0]
+    ended = [s for s in shares if s.get("end_ts") is not None]
+    flags = set()
+    for s in shares:
+        flags.update(f for f in (s.get("flags") or "").split(",") if f)
+    if len(ended) < len(shares):
+        flags.add("nodes_still_running")
+
+    def mean(prefix: str) -> float | None:
+        n = sum(s.get(f"{prefix}_n") or 0 for s in shares)
+        return sum(s.get(f"{prefix}_sum") or 0.0 for s in shares) / n if n else None
+
+    def peak(prefix: str) -> float | None:
+        values = [s[f"{prefix}_max"] for s in shares if s.get(f"{prefix}_max") is not None]
+        return max(values) if values else None
+
+    def total(name: str) -> float | None:
+        values = [s[name] for s in shares if s.get(name) is not None]
+        return sum(values) if values else None
+
+    walltime = sum((s["end_ts"] - s["start_ts"]) for s in ended if s.get("start_ts") is not None)
+    covered = sum(s.get("covered_s") or 0.0 for s in ended)
+    coverage = min(1.0, covered / walltime) if walltime > 0 else 0.0
+    if coverage < min_coverage:
+        flags.add("low_coverage")
+    starts = [s["start_ts"] for s in shares if s.get("start_ts") is not None]
+    ends = [s["end_ts"] for s in ended]
+    codes = [s["exit_code"] for s in ended if s.get("exit_code") is not None]
+    gpus = sum(len([g for g in (s.get("gpu_indices") or "").split(",") if g]) for s in shares)
+    return {
+        "cluster": first["cluster"], "job_id": first["job_id"],
+        "start_ts": min(starts) if starts else None, "end_ts": max(ends) if ends else None,
+        "exit_code": max(codes, key=abs) if codes else None,
+        "nodes": ",".join(sorted(s["node"] for s in shares)), "user": first.get("user"),
+        "gpus": gpus, "gpu_util_mean": mean("gpu_util"), "gpu_util_max": peak("gpu_util"),
+        "sm_active_mean": mean("sm_active"), "sm_active_max": peak("sm_active"),
+        "gpu_mem_mean_bytes": mean("gpu_mem"), "gpu_mem_max_bytes": peak("gpu_mem"),
+        "gpu_energy_j": total("gpu_energy_j"), "node_energy_j": total("node_energy_j"),
+        "coverage": coverage, "n_gpu_samples": int(total("n_gpu_samples") or 0),
+        "n_node_samples": int(total("n_node_samples") or 0),
+        "flags": ",".join(sorted(flags)),
+    }
+
+
+# ------------------------------------------------------------------ retention
+
+def prune_flushed(spool: Store, before_ts: float) -> int:
+    """Delete spool samples older than ``before_ts`` that the central store has."""
+    removed = 0
+    with spool.engine.begin() as conn:
+        for table in (gpu_samples, node_samples):
+            mark = _watermark(conn, table.name)
+            removed += conn.execute(delete(table).where(and_(
+                table.c.id <= mark, table.c.ts < before_ts))).rowcount or 0
+        c = job_nodes.c
+        removed += conn.execute(delete(job_nodes).where(and_(
+            c.synced == 1, c.end_ts.isnot(None), c.end_ts < before_ts))).rowcount or 0
+    return removed
+
+
+def prune_samples(store: Store, before_ts: float) -> int:
+    """``store.sample_retention_days``: raw samples go, summaries and job rows stay."""
+    removed = 0
+    with store.engine.begin() as conn:
+        for table in (gpu_samples, node_samples):
+            removed += conn.execute(delete(table).where(table.c.ts < before_ts)).rowcount or 0
+    return removed
+
+
+def copy_all(spool: Store, target: Store, *, batch: int, min_coverage: float) -> FlushResult:
+    """Send every row the spool still holds to another store (idempotent backfill)."""
+    sent = FlushResult()
+    for table, key in ((gpu_samples, GPU_KEY), (node_samples, NODE_KEY)):
+        columns = [c for c in table.c if c.name != "id"]
+        last = 0
+        while True:
+            with spool.engine.connect() as sconn:
+                rows = sconn.execute(select(table.c.id, *columns).where(table.c.id > last)
+                                     .order_by(table.c.id).limit(batch)).all()
+            if not rows:
+                break
+            with target.engine.begin() as tconn:
+                upsert(tconn, table, [{c.name: r._mapping[c.name] for c in columns} for r in rows],
+                       key, update=())
+            last = rows[-1].id
+            sent = sent + (FlushResult(gpu_rows=len(rows)) if table is gpu_samples
+                           else FlushResult(node_rows=len(rows)))
+    with spool.engine.connect() as sconn:
+        jobs = [dict(r._mapping) for r in sconn.execute(select(job_nodes))]
+    for row in jobs:
+        _send_job_node(target, row, min_coverage)
+    return sent + FlushResult(job_rows=len(jobs))
+
+
+# ------------------------------------------------------------------ reading back
+
+def job_summary(store: Store, cluster: str, job_id: str) -> dict[str, Any] | None:
+    c = job_summaries.c
+    with store.engine.connect() as conn:
+        row = conn.execute(select(job_summaries).where(and_(
+            c.cluster == cluster, c.job_id == job_id))).first()
+    return dict(row._mapping) if row else None
+
+
+def job_rows(store: Store, cluster: str, job_id: str) -> dict[str, list[dict[str, Any]]]:
+    """Everything the store holds about one job: node rows, node and GPU samples."""
+    jn, g, n = job_nodes.c, gpu_samples.c, node_samples.c
+    with store.engine.connect() as conn:
+        nodes = [dict(r._mapping) for r in conn.execute(
+            select(job_nodes).where(and_(jn.cluster == cluster, jn.job_id == job_id)))]
+        gpus = [dict(r._mapping) for r in conn.execute(
+            select(gpu_samples).where(and_(g.cluster == cluster, g.job_id == job_id))
+            .order_by(g.node, g.ts, g.gpu_index))]
+        samples: list[dict[str, Any]] = []
+        for row in nodes:
+            if row["start_ts"] is None:
+                continue
+            end = row["end_ts"] if row["end_ts"] is not None else float("inf")
+            samples += [dict(r._mapping) for r in conn.execute(
+                select(node_samples).where(and_(n.cluster == cluster, n.node == row["node"],
+                                                n.ts >= row["start_ts"], n.ts <= end)))]
+    return {"job_nodes": nodes, "gpu_samples": gpus, "node_samples": samples}
+
+
+def count_rows(store: Store, cluster: str | None = None) -> dict[str, int]:
+    """Row counts per telemetry table (for `collectd status` and tests)."""
+    out = {}
+    with store.engine.connect() as conn:
+        for table in (gpu_samples, node_samples, job_nodes, job_summaries):
+            q = select(func.count()).select_from(table)
+            if cluster is not None:
+                q = q.where(table.c.cluster == cluster)
+            out[table.name] = int(conn.execute(q).scalar_one())
+    return out
+
+
+def recent_summaries(store: Store, limit: int = 20, job_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    q = select(job_summaries).order_by(job_summaries.c.end_ts.desc()).limit(limit)
+    if job_ids is not None:
+        q = q.where(job_summaries.c.job_id.in_(list(job_ids)))
+    with store.engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(q)]
