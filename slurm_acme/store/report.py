@@ -24,7 +24,6 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Float,
-    Index,
     Integer,
     MetaData,
     Select,
@@ -37,6 +36,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    text,
     true,
 )
 
@@ -86,7 +86,9 @@ selected = Table(
     Column("outcome", String(16)),
     prefixes=["TEMPORARY"],
 )
-_selected_key = Index("ix_acme_report_jobs_key", selected.c.cluster, selected.c.job_id)
+#: Built only when samples or failures must be matched to the selected jobs
+#: (plain DDL: an ``Index`` object would bind to the table and always be built).
+_SELECTED_KEY_DDL = "CREATE INDEX ix_acme_report_jobs_key ON acme_report_jobs (cluster, job_id)"
 
 
 def _where(conds: Sequence[ColumnElement[bool]]) -> ColumnElement[bool]:
@@ -141,7 +143,7 @@ def select_jobs(conn: Connection, flt: JobFilter) -> int:
     ).where(_where(conds))
     conn.execute(selected.insert().from_select([c.name for c in selected.c], source))
     if keyed:
-        _selected_key.create(conn)
+        conn.execute(text(_SELECTED_KEY_DDL))
     return int(conn.execute(select(func.count()).select_from(selected)).scalar_one())
 
 
