@@ -16,6 +16,7 @@ from pathlib import Path
 
 from slurm_acme.errors import InputError
 from slurm_acme.health.bisection import bisect
+from slurm_acme.health.faults import FAULT_ENV, parse_faults
 from slurm_acme.health.precheck import UNAVAILABLE, NodePrecheck
 from slurm_acme.health.records import Evidence, HealthReport
 from slurm_acme.health.steps import (
@@ -94,6 +95,7 @@ def _validate(nodes: list[str], backend: str, timeout_s: float, min_busbw: float
         raise InputError(f"health check: min busbw must be >= 0 GB/s, got {min_busbw!r}")
     if gpus_per_node is not None and gpus_per_node < 0:
         raise InputError(f"health check: gpus per node must be >= 0, got {gpus_per_node!r}")
+    parse_faults(os.environ.get(FAULT_ENV, ""))  # a typo in a drill is an error, not a pass
 
 
 def resolve_backend(backend: str, driver_gpus: Path = NVIDIA_DRIVER_GPUS) -> str:
