@@ -1,0 +1,88 @@
+"""``diagnose(lines) -> Diagnosis``: the one function the supervisor calls.
+
+Rules first (specific, explainable, instant). When no rule fires, the nearest
+labelled cases propose a category with a confidence; below the threshold the
+answer is ``unknown``. When an LLM agent is configured, it gets the last word
+on what rules and retrieval could not name, and a rule it proposes joins the
+book only if it passes :func:`slurm_acme.diagnose.learning.validate_proposal`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from slurm_acme.diagnose.model import Diagnosis
+from slurm_acme.diagnose.rules import RuleBook
+
+if TYPE_CHECKING:
+    from slurm_acme.diagnose.llm import LLMAgent
+    from slurm_acme.diagnose.retrieval import CaseIndex
+    from slurm_acme.diagnose.streaming import StreamingDiagnoser
+
+#: Lines fed to the engine per batch when diagnosing an iterable of strings.
+BATCH_LINES = 4096
+
+
+@functools.lru_cache(maxsize=1)
+def default_rulebook() -> RuleBook:
+    """The shipped rule book (no site files), loaded once per process."""
+    return RuleBook.load()
+
+
+def feed_lines(diagnoser: StreamingDiagnoser, lines: Iterable[str]) -> None:
+    """Feed an iterable of text lines in batches (the fast path)."""
+    batch: list[bytes] = []
+    for line in lines:
+        batch.append(line.rstrip("\r\n").encode("utf-8", errors="replace"))
+        if len(batch) >= BATCH_LINES:
+            diagnoser.feed_bytes(batch)
+            batch = []
+    diagnoser.feed_bytes(batch)
+
+
+def diagnose(
+    lines: Iterable[str],
+    *,
+    rulebook: RuleBook | None = None,
+    cases: CaseIndex | Sequence | None = None,
+    llm: LLMAgent | None = None,
+    threshold: float | None = None,
+) -> Diagnosis:
+    """Diagnose a failed run from its log lines (all ranks, any order of arrival).
+
+    ``cases`` is a :class:`~slurm_acme.diagnose.retrieval.CaseIndex` or a
+    sequence of labelled cases; None uses the shipped labelled corpus.
+    ``llm`` is an :class:`~slurm_acme.diagnose.llm.LLMAgent` or None (off).
+    """
+    from slurm_acme.diagnose.streaming import StreamingDiagnoser
+
+    diagnoser = StreamingDiagnoser(rulebook)
+    feed_lines(diagnoser, lines)
+    return conclude(diagnoser, cases=cases, llm=llm, threshold=threshold)
+
+
+def conclude(
+    diagnoser: StreamingDiagnoser,
+    *,
+    cases: CaseIndex | Sequence | None = None,
+    llm: LLMAgent | None = None,
+    threshold: float | None = None,
+) -> Diagnosis:
+    """Rules, then retrieval, then the LLM agent, on what ``diagnoser`` saw."""
+    from slurm_acme.diagnose.retrieval import DEFAULT_THRESHOLD, as_index, query_text
+
+    verdict = diagnoser.result()
+    if not verdict.is_unknown or diagnoser.lines_seen == 0:
+        return verdict
+    index = as_index(cases)
+    text = query_text(diagnoser)
+    if not text.strip():
+        return verdict
+    retrieved = index.propose(
+        text, threshold=DEFAULT_THRESHOLD if threshold is None else threshold, rulebook=diagnoser.rulebook
+    )
+    if not retrieved.is_unknown or llm is None:
+        return retrieved
+    return llm.diagnose(text, index.nearest(text, k=3), rulebook=diagnoser.rulebook) or retrieved

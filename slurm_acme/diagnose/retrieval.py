@@ -1,0 +1,151 @@
+"""Retrieval fallback: TF-IDF nearest labelled cases, with an honest threshold.
+
+When no rule fires, the failure may still look like one seen before. The
+query (the end of the compressed log) is compared with every labelled case
+by cosine similarity of TF-IDF vectors (numpy; no model weights to ship).
+The neighbours vote by similarity; if the best similarity is below the
+threshold the answer is ``unknown``, not a guess.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from slurm_acme.diagnose.corpus import LabelledCase, load_corpus
+from slurm_acme.diagnose.model import UNKNOWN_ACTION, Diagnosis, unknown_diagnosis
+
+if TYPE_CHECKING:
+    from slurm_acme.diagnose.rules import RuleBook
+    from slurm_acme.diagnose.streaming import StreamingDiagnoser
+
+#: Cosine similarity below which retrieval says "unknown".
+DEFAULT_THRESHOLD = 0.35
+#: Neighbours that vote.
+NEIGHBOURS = 3
+#: Compressed lines (from the end) that form the query.
+QUERY_LINES = 60
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+")
+_DEFAULT_ACTION = {"infrastructure": "requeue", "framework": "stop", "script": "stop"}
+
+
+def tokens(text: str) -> list[str]:
+    """Words, lower-cased, with CamelCase parts added (OutOfMemoryError -> out, memory, ...)."""
+    out: list[str] = []
+    for word in _WORD.findall(text):
+        word = re.sub(r"[0-9]+", "0", word)
+        out.append(word.lower())
+        parts = _CAMEL.findall(word)
+        if len(parts) > 1:
+            out.extend(p.lower() for p in parts if len(p) > 1)
+    return out
+
+
+class CaseIndex:
+    """TF-IDF vectors of labelled cases, searchable by cosine similarity."""
+
+    def __init__(self, cases: Sequence[LabelledCase]) -> None:
+        self.cases = list(cases)
+        counts = [Counter(tokens(c.text)) for c in self.cases]
+        df: Counter[str] = Counter()
+        for count in counts:
+            df.update(count.keys())
+        self.vocab = {term: i for i, term in enumerate(sorted(df))}
+        n = len(self.cases)
+        self.idf = np.array([math.log((1 + n) / (1 + df[t])) + 1.0 for t in sorted(df)], dtype=np.float32)
+        self.matrix = np.zeros((n, len(self.vocab)), dtype=np.float32)
+        for row, count in enumerate(counts):
+            self.matrix[row] = self._vector(count)
+
+    def _vector(self, count: Counter[str]) -> np.ndarray:
+        vec = np.zeros(len(self.vocab), dtype=np.float32)
+        for term, tf in count.items():
+            col = self.vocab.get(term)
+            if col is not None:
+                vec[col] = (1.0 + math.log(tf)) * self.idf[col]
+        norm = float(np.linalg.norm(vec))
+        return vec / norm if norm else vec
+
+    def similarities(self, text: str) -> np.ndarray:
+        if not self.cases:
+            return np.zeros(0, dtype=np.float32)
+        return self.matrix @ self._vector(Counter(tokens(text)))
+
+    def nearest(self, text: str, k: int = NEIGHBOURS, *, exclude: Iterable[str] = ()) -> list[tuple[LabelledCase, float]]:
+        """The ``k`` most similar cases (skipping ids in ``exclude``), best first."""
+        sims = self.similarities(text)
+        skip = set(exclude)
+        order = np.argsort(-sims, kind="stable")
+        out: list[tuple[LabelledCase, float]] = []
+        for row in order:
+            if self.cases[row].id in skip:
+                continue
+            out.append((self.cases[row], float(sims[row])))
+            if len(out) >= k:
+                break
+        return out
+
+    def propose(
+        self,
+        text: str,
+        *,
+        threshold: float = DEFAULT_THRESHOLD,
+        exclude: Iterable[str] = (),
+        rulebook: RuleBook | None = None,
+    ) -> Diagnosis:
+        """Similarity-weighted vote of the nearest cases; ``unknown`` below threshold."""
+        neighbours = self.nearest(text, NEIGHBOURS, exclude=exclude)
+        if not neighbours or neighbours[0][1] < threshold:
+            return unknown_diagnosis()
+        votes: Counter[str] = Counter()
+        for case, sim in neighbours:
+            votes[case.category] += sim
+        category = votes.most_common(1)[0][0]
+        best = next((case, sim) for case, sim in neighbours if case.category == category)
+        if best[1] < threshold:
+            return unknown_diagnosis()
+        return Diagnosis(
+            category=category, origin=best[0].origin,
+            action=action_for(category, best[0].origin, rulebook), node=None, rule_id=None,
+            confidence=round(best[1], 3), evidence=(f"nearest case {best[0].id} (similarity {best[1]:.2f})",),
+            source="retrieval",
+        )
+
+
+def action_for(category: str, origin: str, rulebook: RuleBook | None = None) -> str:
+    """The action the rule book takes for this category, else the origin's default."""
+    if rulebook is None:
+        from slurm_acme.diagnose.api import default_rulebook
+
+        rulebook = default_rulebook()
+    for rule in rulebook.rules:
+        if rule.category == category and rule.origin == origin:
+            return rule.action
+    return _DEFAULT_ACTION.get(origin, UNKNOWN_ACTION)
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_index() -> CaseIndex:
+    return CaseIndex(load_corpus())
+
+
+def as_index(cases: CaseIndex | Sequence[LabelledCase] | None) -> CaseIndex:
+    if cases is None:
+        return shipped_index()
+    if isinstance(cases, CaseIndex):
+        return cases
+    return CaseIndex(list(cases))
+
+
+def query_text(diagnoser: StreamingDiagnoser) -> str:
+    """What retrieval and the LLM read: recognised lines, then the end of the compressed log."""
+    entries = [text for _, text in diagnoser.compressor.entries()][-QUERY_LINES:]
+    return "\n".join([*diagnoser.candidate_lines(), *entries])

@@ -1,0 +1,94 @@
+"""Choosing the root cause among many failure lines from many ranks.
+
+When one rank dies, the others report timeouts and remote errors minutes
+later; the first failure observed is the cause, the rest are echoes.
+torchelastic says so explicitly in its summary block::
+
+    Root Cause (first observed failure):
+    [0]:
+      host      : node2
+      rank      : 3 (local_rank: 3)
+      exitcode  : 1 (pid: 4242)
+
+:class:`RootCauseBlock` reads that block; :func:`select_root_cause` prefers
+its rank, then the earliest primary event, then the most specific rule among
+the lines printed right after it by the same rank (an NCCL error followed by
+"Last error: ... NVLink" is an NVLink error).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from slurm_acme.diagnose.lines import split_prefixes
+from slurm_acme.diagnose.model import FailureEvent
+from slurm_acme.diagnose.rules import RuleBook
+
+HEADER = "Root Cause (first observed failure)"
+_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(.*?)\s*$")
+#: Lines after the header that can belong to the block.
+BLOCK_LINES = 16
+#: How many lines after the earliest failure still count as the same incident.
+INCIDENT_WINDOW = 10
+
+
+@dataclass
+class RootCauseBlock:
+    """Fields of torchelastic's "Root Cause" block, filled line by line."""
+
+    host: str | None = None
+    rank: int | None = None
+    exitcode: int | None = None
+    remaining: int = BLOCK_LINES
+    fields: dict[str, str] = field(default_factory=dict)
+
+    def feed(self, line: str) -> bool:
+        """Read one line after the header; False once the block is over."""
+        if self.remaining <= 0:
+            return False
+        self.remaining -= 1
+        body = split_prefixes(line).body
+        if body.strip().startswith("=") and self.fields:
+            self.remaining = 0
+            return False
+        match = _FIELD.match(body)
+        if match is None or match.group(1) in self.fields:
+            return self.remaining > 0
+        name, value = match.groups()
+        self.fields[name] = value
+        if name == "host" and value and value != "<N/A>":
+            self.host = value.split()[0]
+        elif name == "rank":
+            number = re.match(r"-?[0-9]+", value)
+            self.rank = int(number.group()) if number else None
+        elif name == "exitcode":
+            number = re.match(r"-?[0-9]+", value)
+            self.exitcode = int(number.group()) if number else None
+        return self.remaining > 0
+
+
+def _same_stream(a: FailureEvent, b: FailureEvent) -> bool:
+    return a.rank is None or b.rank is None or a.rank == b.rank
+
+
+def select_root_cause(
+    events: Sequence[FailureEvent], book: RuleBook, block: RootCauseBlock | None
+) -> tuple[FailureEvent, list[FailureEvent]] | None:
+    """The root-cause event and the other events of its incident, or None."""
+    if not events:
+        return None
+    primary = [e for e in events if book.rules[e.rule_index].strength == "primary"]
+    pool = primary or list(events)
+    if block is not None and block.rank is not None:
+        of_rank = [e for e in pool if e.rank == block.rank]
+        pool = of_rank or pool
+    first = min(pool, key=lambda e: e.seq)
+    incident = [
+        e for e in pool
+        if first.seq <= e.seq <= first.seq + INCIDENT_WINDOW and _same_stream(first, e)
+    ]
+    chosen = min(incident, key=lambda e: (e.rule_index, e.seq))
+    others = sorted((e for e in incident if e is not chosen), key=lambda e: e.seq)
+    return chosen, others

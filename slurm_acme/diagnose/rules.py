@@ -1,0 +1,272 @@
+"""The rule book: ordered regex rules that turn a log line into a diagnosis.
+
+Rules live in YAML (the shipped ``rules.yaml`` plus site files layered on
+top), ordered specific-before-generic: the first rule whose ``pattern``
+matches a line names it. Patterns are written in the subset of regex syntax
+that Python ``re`` and POSIX ``grep -E`` agree on, so admins can grep with
+them and the benchmark can compare against grep fairly.
+
+Speed comes from two gates that let most lines cost one dictionary lookup:
+the ``prefilter`` keywords (a line with none of them matches no rule) and
+the fact that a pattern without digit literals matches a line exactly when
+it matches the line's digits-zeroed key (see :mod:`slurm_acme.diagnose.lines`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slurm_acme.diagnose.model import ACTIONS, ORIGINS
+from slurm_acme.errors import InputError
+
+STRENGTHS = ("primary", "secondary")
+RULE_KEYS = {"id", "pattern", "category", "origin", "action", "node", "strength", "confidence", "note"}
+#: Keywords the diagnoser itself needs to see (torchelastic's summary block).
+BUILTIN_KEYWORDS = ("Root Cause",)
+
+
+def shipped_rules_path() -> Path:
+    """``rules.yaml`` inside the installed package (also ``etc/acme/rules.yaml``)."""
+    return Path(str(resources.files("slurm_acme") / "data" / "rules.yaml"))
+
+
+def _digit_gate(pattern: str) -> str | None:
+    """The pattern with digit literals zeroed, to test against a key; None if unsafe."""
+    if re.search(r"\{[^}]*[0-9]|\\[0-9]", pattern):
+        return None
+    return re.sub(r"[1-9]", "0", pattern)  # "0-9" ranges become "0-0": still right on keys
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One failure signature. ``strength="secondary"`` rules only decide when
+    no primary rule fired anywhere (a bare SIGKILL, an fp16 overflow warning)."""
+
+    id: str
+    pattern: str
+    category: str
+    origin: str
+    action: str
+    node: str | None = None
+    strength: str = "primary"
+    confidence: float = 0.95
+    note: str = ""
+    compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    node_re: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+    #: Pattern without digit literals: matching the key is matching the line.
+    digit_free: bool = field(init=False, repr=False, compare=False)
+    gate: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compiled", re.compile(self.pattern))
+        object.__setattr__(self, "node_re", re.compile(self.node) if self.node else None)
+        digit_free = re.search(r"[0-9]", self.pattern.replace("0-9", "")) is None
+        object.__setattr__(self, "digit_free", digit_free)
+        gate = self.pattern if digit_free else _digit_gate(self.pattern)
+        object.__setattr__(self, "gate", re.compile(gate) if gate is not None else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {k: getattr(self, k) for k in ("id", "pattern", "category", "origin", "action")}
+        for key, default in (("node", None), ("strength", "primary"), ("note", "")):
+            if getattr(self, key) != default:
+                data[key] = getattr(self, key)
+        return data
+
+
+def parse_rule(data: Any, source: str) -> Rule:
+    """Validate one rule mapping; errors name the file, rule and field."""
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: each rule must be a mapping, got {data!r}")
+    rid = data.get("id", "?")
+    unknown = set(data) - RULE_KEYS
+    if unknown:
+        raise InputError(f"{source}: rule {rid!r}: unknown field {sorted(unknown)[0]!r} (valid: {', '.join(sorted(RULE_KEYS))})")
+    for key in ("id", "pattern", "category", "origin", "action"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise InputError(f"{source}: rule {rid!r}: missing field {key!r}")
+    if data["origin"] not in ORIGINS:
+        raise InputError(f"{source}: rule {rid!r}: origin {data['origin']!r} is not one of {', '.join(ORIGINS)}")
+    if data["action"] not in ACTIONS:
+        raise InputError(f"{source}: rule {rid!r}: action {data['action']!r} is not one of {', '.join(ACTIONS)}")
+    strength = data.get("strength", "primary")
+    if strength not in STRENGTHS:
+        raise InputError(f"{source}: rule {rid!r}: strength {strength!r} is not one of {', '.join(STRENGTHS)}")
+    confidence = data.get("confidence", 0.95 if strength == "primary" else 0.6)
+    try:
+        return Rule(
+            id=data["id"], pattern=data["pattern"], category=data["category"], origin=data["origin"],
+            action=data["action"], node=data.get("node"), strength=strength,
+            confidence=float(confidence), note=str(data.get("note", "")),
+        )
+    except re.error as exc:
+        raise InputError(f"{source}: rule {rid!r}: bad regex: {exc}") from None
+
+
+@dataclass(frozen=True)
+class RuleFile:
+    """What one YAML file contributes."""
+
+    rules: tuple[Rule, ...]
+    prefilter: tuple[str, ...] = ()
+    node_patterns: tuple[str, ...] = ()
+    disable: tuple[str, ...] = ()
+
+
+def parse_rule_file(text: str, source: str) -> RuleFile:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"{source}: malformed YAML: {str(exc).splitlines()[0]}") from None
+    if data is None:
+        return RuleFile(rules=())
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a mapping with a 'rules' list")
+    unknown = set(data) - {"version", "rules", "prefilter", "node_patterns", "disable"}
+    if unknown:
+        raise InputError(f"{source}: unknown field {sorted(unknown)[0]!r} (valid: version, rules, prefilter, node_patterns, disable)")
+    rules = data.get("rules") or []
+    if not isinstance(rules, list):
+        raise InputError(f"{source}: 'rules' must be a list")
+    prefilter = tuple(str(k) for k in data.get("prefilter") or ())
+    for keyword in prefilter:
+        if re.search(r"[0-9]", keyword) or not keyword:
+            raise InputError(f"{source}: prefilter keyword {keyword!r} must be non-empty and digit-free")
+    node_patterns = tuple(str(p) for p in data.get("node_patterns") or ())
+    for pattern in node_patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise InputError(f"{source}: node pattern {pattern!r}: bad regex: {exc}") from None
+    return RuleFile(
+        rules=tuple(parse_rule(r, source) for r in rules), prefilter=prefilter,
+        node_patterns=node_patterns, disable=tuple(str(d) for d in data.get("disable") or ()),
+    )
+
+
+def read_rule_file(path: str | Path) -> RuleFile:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: rule file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read rule file: {exc}") from None
+    return parse_rule_file(text, str(path))
+
+
+@dataclass(frozen=True)
+class KeyVerdict:
+    """What the rules can say about every line sharing one digits-zeroed key.
+
+    ``static`` is the first digit-free rule that matches (valid for all such
+    lines); ``dynamic`` are earlier rules with digit literals whose gate
+    matched, to be tried on each raw line.
+    """
+
+    static: int | None
+    dynamic: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RuleBook:
+    """An ordered, immutable list of rules and the gates derived from them."""
+
+    rules: tuple[Rule, ...]
+    prefilter: tuple[str, ...] = ()
+    node_patterns: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    _prefilter_re: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    _node_res: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ids = [r.id for r in self.rules]
+        duplicate = next((i for i in ids if ids.count(i) > 1), None)
+        if duplicate:
+            raise InputError(f"rule id {duplicate!r} is defined twice in {', '.join(self.sources) or 'the rule book'}")
+        keywords = sorted(set(self.prefilter) | set(BUILTIN_KEYWORDS), key=len, reverse=True)
+        object.__setattr__(self, "_prefilter_re", re.compile("|".join(re.escape(k) for k in keywords)))
+        object.__setattr__(self, "_node_res", tuple(re.compile(p) for p in self.node_patterns))
+
+    # -- construction -------------------------------------------------
+    @classmethod
+    def from_files(cls, files: Sequence[tuple[str, RuleFile]]) -> RuleBook:
+        """Layer rule files: later files sit on top (checked first); a rule
+        with an existing id replaces it in place; ``disable`` drops ids."""
+        rules: list[Rule] = []
+        prefilter: list[str] = []
+        node_patterns: list[str] = []
+        for _source, rule_file in files:
+            disabled = set(rule_file.disable)
+            by_id = {r.id: r for r in rule_file.rules}
+            rules = [by_id.pop(r.id, r) for r in rules if r.id not in disabled]
+            rules = [r for r in rule_file.rules if r.id in by_id] + rules
+            prefilter.extend(rule_file.prefilter)
+            node_patterns = list(rule_file.node_patterns) + node_patterns
+        return cls(
+            rules=tuple(rules), prefilter=tuple(dict.fromkeys(prefilter)),
+            node_patterns=tuple(dict.fromkeys(node_patterns)), sources=tuple(s for s, _ in files),
+        )
+
+    @classmethod
+    def load(cls, site_files: Iterable[str | Path] = ()) -> RuleBook:
+        """The shipped rule book with each site file layered on top, in order."""
+        shipped = shipped_rules_path()
+        files = [(str(shipped), read_rule_file(shipped))]
+        files += [(str(p), read_rule_file(p)) for p in site_files]
+        return cls.from_files(files)
+
+    @classmethod
+    def from_yaml(cls, text: str, source: str = "<rules>") -> RuleBook:
+        return cls.from_files([(source, parse_rule_file(text, source))])
+
+    def with_rules(self, extra: Sequence[Rule], *, on_top: bool = False) -> RuleBook:
+        """A new book with ``extra`` rules appended (or placed first)."""
+        rules = (*extra, *self.rules) if on_top else (*self.rules, *extra)
+        return replace(self, rules=tuple(rules))
+
+    # -- matching -----------------------------------------------------
+    def passes_prefilter(self, text: str) -> bool:
+        return self._prefilter_re.search(text) is not None
+
+    def match(self, line: str) -> tuple[int, Rule] | None:
+        """The first rule matching ``line`` (no prefilter), as (index, rule)."""
+        for index, rule in enumerate(self.rules):
+            if rule.compiled.search(line):
+                return index, rule
+        return None
+
+    def verdict(self, key_text: str) -> KeyVerdict | None:
+        """What the rules say about lines with this key; None: nothing can match."""
+        if not self._prefilter_re.search(key_text):
+            return None
+        dynamic: list[int] = []
+        for index, rule in enumerate(self.rules):
+            if rule.gate is not None and not rule.gate.search(key_text):
+                continue
+            if rule.digit_free:
+                return KeyVerdict(static=index, dynamic=tuple(dynamic))
+            dynamic.append(index)
+        if not dynamic:
+            return None
+        return KeyVerdict(static=None, dynamic=tuple(dynamic))
+
+    def node_in(self, rule: Rule, line: str) -> str | None:
+        """The culprit host named in ``line``: the rule's node pattern, then the book's."""
+        for pattern in ((rule.node_re,) if rule.node_re else ()) + self._node_res:
+            match = pattern.search(line)
+            if match:
+                groups = match.groupdict()
+                host = groups.get("node") or (match.group(1) if match.re.groups else None)
+                if host:
+                    return host
+        return None
+
+    def __len__(self) -> int:
+        return len(self.rules)

@@ -1,0 +1,194 @@
+"""Live diagnosis: feed every rank's output as it happens, ask for a verdict any time.
+
+The in-job supervisor calls :meth:`StreamingDiagnoser.feed` for each line
+of each rank; ``sacme diagnose`` calls :meth:`feed_bytes` with big batches
+read from a file. Both paths share one engine: lines are keyed with
+``bytes.translate`` and counted in C, so a noise line costs a dictionary
+lookup; only keys that pass the rule book's gates reach the regexes.
+Memory is bounded (templates, key caches and events are capped).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from slurm_acme.diagnose.compressor import LogCompressor
+from slurm_acme.diagnose.lines import DIGITS_TO_ZERO, decode, split_prefixes
+from slurm_acme.diagnose.model import Diagnosis, FailureEvent, unknown_diagnosis
+from slurm_acme.diagnose.rootcause import HEADER, RootCauseBlock, select_root_cause
+from slurm_acme.diagnose.rules import KeyVerdict, RuleBook
+
+#: At most this many failure events are kept (the earliest ones win anyway).
+MAX_EVENTS = 5_000
+#: Bytes of keys remembered as "cannot match" before that cache is rebuilt.
+MAX_CACHE_BYTES = 32 << 20
+#: Evidence lines returned with a diagnosis.
+MAX_EVIDENCE = 6
+_LINE_CAP = 8_000
+
+
+class StreamingDiagnoser:
+    """Compress and diagnose a log as it streams in, across ranks."""
+
+    def __init__(self, rulebook: RuleBook | None = None, *, compressor: LogCompressor | None = None) -> None:
+        from slurm_acme.diagnose.api import default_rulebook
+
+        self.rulebook = rulebook if rulebook is not None else default_rulebook()
+        self.compressor = compressor if compressor is not None else LogCompressor()
+        self.events: list[FailureEvent] = []
+        self.block: RootCauseBlock | None = None
+        self._block_open = False
+        self._seq = 0
+        self._boring: set[bytes] = set()
+        self._verdicts: dict[bytes, KeyVerdict] = {}
+        self._recorded: set[tuple[bytes, int, int | None]] = set()
+        self._cache_bytes = 0
+        self._candidate_lines: list[str] = []
+
+    # -- feeding ------------------------------------------------------
+    @property
+    def lines_seen(self) -> int:
+        return self._seq
+
+    def feed(self, line: str, *, rank: int | None = None, node: str | None = None) -> None:
+        """One line of one rank's output (rank/node as the supervisor knows them)."""
+        raw = line.rstrip("\r\n").encode("utf-8", errors="replace")
+        self.feed_bytes([raw], rank=rank, node=node)
+
+    def feed_bytes(
+        self,
+        lines: Sequence[bytes],
+        keys: Sequence[bytes] | None = None,
+        *,
+        rank: int | None = None,
+        node: str | None = None,
+    ) -> None:
+        """A batch of raw lines (no newlines); ``keys`` may be passed precomputed."""
+        if not lines:
+            return
+        if keys is None:
+            keys = [line.translate(DIGITS_TO_ZERO) for line in lines]
+        counts = Counter(keys)
+        base = self._seq
+        self._seq += len(lines)
+        self.compressor.add_batch(lines, keys, counts, base)
+        if self._block_open:
+            self._continue_block(lines, 0)
+        fresh = counts.keys() - self._boring
+        if not fresh:
+            return
+        wanted: dict[bytes, KeyVerdict] = {}
+        for key in fresh:
+            verdict = self._verdict(key)
+            if verdict is None or (not verdict.dynamic and (key, -1, None) in self._recorded and not self._is_header(verdict)):
+                self._remember_boring(key)
+            else:
+                wanted[key] = verdict
+        if wanted:
+            self._scan(lines, keys, wanted, base, rank, node)
+
+    def _is_header(self, verdict: KeyVerdict) -> bool:
+        return verdict.static is None and not verdict.dynamic
+
+    def _verdict(self, key: bytes) -> KeyVerdict | None:
+        verdict = self._verdicts.get(key)
+        if verdict is None and key not in self._verdicts:
+            text = decode(key[:_LINE_CAP])
+            verdict = self.rulebook.verdict(text)
+            if verdict is None and HEADER in text:
+                verdict = KeyVerdict(static=None, dynamic=())
+            self._verdicts[key] = verdict  # type: ignore[assignment]
+            self._cache_bytes += len(key)
+        return verdict
+
+    def _remember_boring(self, key: bytes) -> None:
+        if self._cache_bytes > MAX_CACHE_BYTES:
+            self._boring.clear()
+            self._verdicts.clear()
+            self._cache_bytes = 0
+        self._boring.add(key)
+        self._cache_bytes += len(key)
+
+    def _scan(
+        self,
+        lines: Sequence[bytes],
+        keys: Sequence[bytes],
+        wanted: dict[bytes, KeyVerdict],
+        base: int,
+        rank: int | None,
+        node: str | None,
+    ) -> None:
+        rules = self.rulebook.rules
+        for index, key in enumerate(keys):
+            verdict = wanted.get(key)
+            if verdict is None:
+                continue
+            text = decode(lines[index][:_LINE_CAP])
+            if self._is_header(verdict):
+                self.block = RootCauseBlock()
+                self._block_open = True
+                self._continue_block(lines, index + 1)
+                continue
+            rule_index = next((i for i in verdict.dynamic if rules[i].compiled.search(text)), verdict.static)
+            if rule_index is None:
+                continue
+            marker = (key, -1 if rule_index == verdict.static else rule_index, rank)
+            if marker in self._recorded:
+                continue
+            self._recorded.add(marker)
+            if len(self._candidate_lines) < 200:
+                self._candidate_lines.append(text)
+            self._add_event(base + index, rule_index, text, rank, node)
+            if not verdict.dynamic and rank is None:
+                del wanted[key]
+                self._remember_boring(key)
+
+    def _add_event(self, seq: int, rule_index: int, text: str, rank: int | None, node: str | None) -> None:
+        if len(self.events) >= MAX_EVENTS:
+            return
+        origin = split_prefixes(text)
+        self.events.append(FailureEvent(
+            seq=seq, rule_index=rule_index, line=text,
+            rank=rank if rank is not None else origin.rank,
+            node=node if node is not None else origin.node,
+        ))
+
+    def _continue_block(self, lines: Sequence[bytes], start: int) -> None:
+        assert self.block is not None
+        for raw in lines[start:start + self.block.remaining]:
+            if not self.block.feed(decode(raw[:_LINE_CAP])):
+                self._block_open = False
+                return
+        self._block_open = self.block.remaining > 0
+
+    # -- answers ------------------------------------------------------
+    def result(self) -> Diagnosis:
+        """The diagnosis so far (rules only; see :func:`slurm_acme.diagnose.diagnose`)."""
+        chosen = select_root_cause(self.events, self.rulebook, self.block)
+        if chosen is None:
+            return unknown_diagnosis()
+        event, others = chosen
+        rule = self.rulebook.rules[event.rule_index]
+        node = self.rulebook.node_in(rule, event.line)
+        for other in others:
+            if node is None and other.rank == event.rank:
+                node = self.rulebook.node_in(rule, other.line)
+        if node is None and self.block is not None and self.block.host and (
+            self.block.rank is None or event.rank is None or self.block.rank == event.rank
+        ):
+            node = self.block.host
+        node = node or event.node
+        evidence = tuple(dict.fromkeys([event.line, *(o.line for o in others)]))[:MAX_EVIDENCE]
+        return Diagnosis(
+            category=rule.category, origin=rule.origin, action=rule.action, node=node,
+            rule_id=rule.id, confidence=rule.confidence, evidence=evidence, source="rule",
+        )
+
+    def compressed_lines(self) -> list[str]:
+        """The compressed log so far (noise dropped, repeats folded)."""
+        return self.compressor.lines()
+
+    def candidate_lines(self) -> list[str]:
+        """Lines some rule recognised (at most 200), for retrieval and the LLM."""
+        return list(self._candidate_lines)
