@@ -115,7 +115,7 @@ def status(app: AppContext, ref: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(view.to_json())
         return
-    console = Console(soft_wrap=True)
+    console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
     console.print(f"run [bold]{view.run_id}[/] ({view.name})  state [bold]{view.state}[/]  "
                   f"job {view.job_id}  last step {view.last_step}")
     if view.reason:

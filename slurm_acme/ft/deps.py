@@ -122,8 +122,30 @@ def finding_from(diagnosis: Any) -> Finding | None:
     )
 
 
+@dataclass
+class TailWatcher:
+    """Used only when ``slurm_acme.diagnose`` cannot be imported: keeps the log's
+    tail and gives no finding, so the policy treats failures as unknown (requeue)."""
+
+    rule_files: Sequence[str] = ()
+    tail: list[str] = field(default_factory=list)
+
+    def feed(self, line: str, *, rank: int | None = None, node: str | None = None) -> None:
+        self.tail = [*self.tail[-199:], f"{rank}: {line}" if rank is not None else line]
+
+    def finding(self) -> Finding | None:
+        return None
+
+    def compressed_lines(self) -> list[str]:
+        return list(self.tail)
+
+
 def make_watcher(rule_files: Sequence[str] = ()) -> LogWatcher:
-    return StreamingWatcher(rule_files)
+    try:
+        return StreamingWatcher(rule_files)
+    except ImportError as exc:
+        log.warning("diagnosis unavailable (%s): failures will be treated as unknown", exc)
+        return TailWatcher(rule_files)
 
 
 # ----------------------------------------------------------- health check

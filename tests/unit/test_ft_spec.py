@@ -1,0 +1,94 @@
+"""train.yaml validation: one-line errors naming file, line and field."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_acme.errors import InputError
+from slurm_acme.ft.spec import load_spec, parse_spec
+
+GOOD = """\
+name: tiny
+nodes: 2
+command: [python, train.py]
+checkpoint:
+  dir: ckpt
+  async: true
+fault_tolerance:
+  max_restarts: 2
+  loss_spike: {ratio: 4}
+"""
+
+
+def test_good_spec_parses_with_defaults() -> None:
+    spec = parse_spec(GOOD, "t.yaml")
+    assert spec.nodes == 2
+    assert spec.checkpoint.async_ is True
+    assert spec.fault_tolerance.loss_spike.ratio == 4
+    assert spec.fault_tolerance.health_check == "allgather"
+    assert spec.argv == ["python", "train.py"]
+
+
+def test_string_command_runs_under_bash() -> None:
+    spec = parse_spec(GOOD.replace("command: [python, train.py]", "command: python train.py | tee x"), "t.yaml")
+    assert spec.argv == ["bash", "-c", "python train.py | tee x"]
+
+
+def test_unknown_top_level_key_lists_valid_ones_and_line() -> None:
+    with pytest.raises(InputError) as err:
+        parse_spec(GOOD + "nodez: 3\n", "t.yaml")
+    msg = str(err.value)
+    assert msg.startswith("t.yaml:10: unknown field 'nodez'")
+    assert "valid: name, nodes," in msg and "fault_tolerance" in msg
+
+
+def test_unknown_nested_key_names_its_section() -> None:
+    with pytest.raises(InputError) as err:
+        parse_spec(GOOD.replace("  max_restarts: 2", "  max_restart: 2"), "t.yaml")
+    assert str(err.value).startswith("t.yaml:8: unknown field 'fault_tolerance.max_restart'")
+    assert "max_restarts" in str(err.value)
+
+
+def test_negative_nodes_is_rejected_with_line() -> None:
+    with pytest.raises(InputError, match=r"^t.yaml:2: field 'nodes'.*greater than or equal to 1"):
+        parse_spec(GOOD.replace("nodes: 2", "nodes: -3"), "t.yaml")
+
+
+def test_bad_yaml_is_one_line_with_line_number() -> None:
+    with pytest.raises(InputError) as err:
+        parse_spec("name: tiny\nnodes: [2\n", "t.yaml")
+    assert str(err.value).startswith("t.yaml:")
+    assert "not valid YAML" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_required_field() -> None:
+    with pytest.raises(InputError, match="missing field 'command'"):
+        parse_spec(GOOD.replace("command: [python, train.py]\n", ""), "t.yaml")
+
+
+def test_top_level_must_be_mapping() -> None:
+    with pytest.raises(InputError, match="expected a mapping"):
+        parse_spec("- a\n- b\n", "t.yaml")
+
+
+def test_set_overrides_are_typed_and_dotted() -> None:
+    spec = parse_spec(GOOD, "t.yaml", ["nodes=3", "fault_tolerance.hang_timeout=7.5",
+                                        "checkpoint.interval=10"])
+    assert (spec.nodes, spec.fault_tolerance.hang_timeout, spec.checkpoint.interval) == (3, 7.5, 10)
+
+
+def test_set_without_equals_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="expected key=value"):
+        parse_spec(GOOD, "t.yaml", ["nodes"])
+
+
+def test_missing_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InputError, match="file not found"):
+        load_spec(tmp_path / "nope.yaml")
+
+
+def test_json_round_trip_keeps_alias() -> None:
+    spec = parse_spec(GOOD, "t.yaml")
+    assert '"async":true' in spec.to_json()
+    assert type(spec).from_json(spec.to_json()) == spec
