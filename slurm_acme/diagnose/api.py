@@ -86,3 +86,28 @@ def conclude(
     if not retrieved.is_unknown or llm is None:
         return retrieved
     return llm.diagnose(text, index.nearest(text, k=3), rulebook=diagnoser.rulebook) or retrieved
+
+
+def scan_file(path: str, *, rulebook: RuleBook | None = None) -> StreamingDiagnoser:
+    """Stream a log file of any size through a fresh diagnoser (bounded memory)."""
+    from slurm_acme.diagnose.reader import iter_batches, open_log
+    from slurm_acme.diagnose.streaming import StreamingDiagnoser
+
+    diagnoser = StreamingDiagnoser(rulebook)
+    with open_log(path) as handle:
+        for lines, keys in iter_batches(handle):
+            diagnoser.feed_bytes(lines, keys)
+    return diagnoser
+
+
+def diagnose_file(
+    path: str,
+    *,
+    rulebook: RuleBook | None = None,
+    cases: CaseIndex | Sequence | None = None,
+    llm: LLMAgent | None = None,
+    threshold: float | None = None,
+) -> tuple[Diagnosis, StreamingDiagnoser]:
+    """:func:`diagnose` for a file path; also returns the diagnoser (compressed log, stats)."""
+    diagnoser = scan_file(path, rulebook=rulebook)
+    return conclude(diagnoser, cases=cases, llm=llm, threshold=threshold), diagnoser

@@ -41,3 +41,20 @@ failure_cases = Table(
     Column("source", String(64)),
     Column("digest", String(64), unique=True),
 )
+
+#: Rules learned by the LLM agent that passed validation against the corpus;
+#: layered after the shipped and site rule books.
+failure_rules = Table(
+    "failure_rules",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("rule_id", String(128), nullable=False, unique=True),
+    Column("pattern", Text, nullable=False),
+    Column("category", String(64), nullable=False),
+    Column("origin", String(32), nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("node", Text),
+    Column("created_ts", Float, nullable=False),
+    Column("case_digest", String(64)),
+    Column("source", String(64)),  # e.g. "llm:<model>"
+)

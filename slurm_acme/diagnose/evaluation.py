@@ -1,0 +1,105 @@
+"""How good are the rules? Accuracy on a labelled corpus, measured honestly.
+
+Three numbers per corpus: the rules alone; rules then retrieval where each
+case is held out of its own retrieval index (leave-one-out, so a case can't
+find itself); and retrieval alone, leave-one-out (what the fallback is worth
+on logs no rule knows).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from slurm_acme.diagnose.api import feed_lines
+from slurm_acme.diagnose.corpus import LabelledCase
+from slurm_acme.diagnose.model import Diagnosis
+from slurm_acme.diagnose.retrieval import DEFAULT_THRESHOLD, CaseIndex, query_text
+from slurm_acme.diagnose.rules import RuleBook
+from slurm_acme.diagnose.streaming import StreamingDiagnoser
+
+
+@dataclass
+class Score:
+    """Accuracy of one method over a corpus."""
+
+    total: int = 0
+    category_ok: int = 0
+    origin_ok: int = 0
+    unknown: int = 0
+    per_category: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    confusions: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def add(self, case: LabelledCase, verdict: Diagnosis) -> None:
+        self.total += 1
+        hit = verdict.category == case.category
+        self.category_ok += hit
+        self.origin_ok += verdict.origin == case.origin
+        self.unknown += verdict.is_unknown
+        self.per_category[case.category][0] += hit
+        self.per_category[case.category][1] += 1
+        if not hit:
+            self.confusions[(case.category, verdict.category)] += 1
+
+    @property
+    def category_accuracy(self) -> float:
+        return self.category_ok / self.total if self.total else 0.0
+
+    @property
+    def origin_accuracy(self) -> float:
+        return self.origin_ok / self.total if self.total else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "cases": self.total,
+            "category_accuracy": round(self.category_accuracy, 4),
+            "origin_accuracy": round(self.origin_accuracy, 4),
+            "unknown": self.unknown,
+            "per_category": {k: {"correct": v[0], "cases": v[1]} for k, v in sorted(self.per_category.items())},
+            "confusions": [
+                {"label": label, "predicted": predicted, "count": n}
+                for (label, predicted), n in self.confusions.most_common()
+            ],
+        }
+
+
+@dataclass
+class CorpusReport:
+    rules: Score
+    rules_then_retrieval: Score
+    retrieval_only: Score
+    mistakes: list[tuple[LabelledCase, Diagnosis]]
+
+    def to_dict(self) -> dict:
+        return {
+            "rules": self.rules.to_dict(),
+            "rules_then_retrieval_loo": self.rules_then_retrieval.to_dict(),
+            "retrieval_only_loo": self.retrieval_only.to_dict(),
+        }
+
+
+def evaluate(
+    cases: Sequence[LabelledCase],
+    rulebook: RuleBook,
+    *,
+    index: CaseIndex | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+) -> CorpusReport:
+    """Score the rule book (and retrieval, leave-one-out) on labelled ``cases``."""
+    index = index if index is not None else CaseIndex(cases)
+    rules, combined, retrieval = Score(), Score(), Score()
+    mistakes: list[tuple[LabelledCase, Diagnosis]] = []
+    for case in cases:
+        diagnoser = StreamingDiagnoser(rulebook)
+        feed_lines(diagnoser, case.text.splitlines())
+        by_rules = diagnoser.result()
+        text = query_text(diagnoser)
+        by_retrieval = index.propose(text, threshold=threshold, exclude=(case.id,), rulebook=rulebook)
+        rules.add(case, by_rules)
+        retrieval.add(case, by_retrieval)
+        final = by_rules if not by_rules.is_unknown else by_retrieval
+        combined.add(case, final)
+        if final.category != case.category:
+            mistakes.append((case, final))
+    return CorpusReport(rules=rules, rules_then_retrieval=combined, retrieval_only=retrieval, mistakes=mistakes)
