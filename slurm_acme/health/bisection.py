@@ -7,11 +7,13 @@ Every node of a failing group is a suspect.
 
 Round 2 re-pairs each suspect with a node that passed, cycling through the
 passed nodes: the test then fails only when the suspect itself is faulty, so
-its verdict is the verdict of that one test. No node sits in two concurrent
-tests; when suspects outnumber passed nodes round 2 runs in several waves
-(each wave counts as a round). If nothing passed in round 1 there is no known
-good partner: each node is then tested alone (single-node fallback), which
-still finds a node whose own collective fails but cannot blame a link.
+its verdict is the verdict of that one test. Round 2 is one round whatever the
+number of suspects: when suspects outnumber passed nodes (a failed triple in a
+5-node check, or many faults) a passed node sits in more than one concurrent
+test, sharing its bandwidth, which a ``min_busbw`` threshold should allow for.
+If nothing passed in round 1 there is no known good partner: each node is
+then tested alone (single-node fallback), which still finds a node whose own
+collective fails but cannot blame a link.
 
 Nothing here knows about Slurm or torch: ``run_test`` is any callable from a
 group of nodes to a :class:`TestResult`, so the simulator and unit tests drive
@@ -61,13 +63,11 @@ def round1_groups(nodes: Sequence[str], seed: int | None = None) -> list[Group]:
     return groups
 
 
-def round2_waves(suspects: Sequence[str], passed: Sequence[str]) -> list[list[Group]]:
-    """Pair suspect ``i`` with ``passed[i % len(passed)]``, in waves of distinct partners."""
+def round2_groups(suspects: Sequence[str], passed: Sequence[str]) -> list[Group]:
+    """Pair suspect ``i`` with ``passed[i % len(passed)]``."""
     if not passed:
         raise ValueError("round 2 needs at least one node that passed round 1")
-    pairs = [(suspect, passed[i % len(passed)]) for i, suspect in enumerate(suspects)]
-    width = len(passed)
-    return [pairs[i:i + width] for i in range(0, len(pairs), width)]
+    return [(suspect, passed[i % len(passed)]) for i, suspect in enumerate(suspects)]
 
 
 def run_round(groups: Sequence[Group], run_test: RunTest, parallel: int) -> list[TestResult]:
@@ -93,30 +93,25 @@ def bisect(nodes: Sequence[str], run_test: RunTest, *, seed: int | None = None,
     evidence += [Evidence.from_result(r, _round1_name(r.group), 1) for r in results]
     passed = [n for r in results if r.passed for n in r.group]
     suspects = [n for r in results if not r.passed for n in r.group]
-    rounds, tests = 1, len(groups)
+    tests = len(groups)
     if not suspects:
-        return BisectionOutcome((), tuple(nodes), rounds, tests, tuple(evidence), False)
+        return BisectionOutcome((), tuple(nodes), 1, tests, tuple(evidence), False)
     if len(nodes) == 1:
-        return BisectionOutcome(tuple(nodes), (), rounds, tests, tuple(evidence), False)
+        return BisectionOutcome(tuple(nodes), (), 1, tests, tuple(evidence), False)
 
     fallback = not passed
     if fallback:
         say("round 1: no group passed; falling back to a single-node test of each node")
-        waves: list[list[Group]] = [[(n,) for n in suspects]]
+        groups, name = [(n,) for n in suspects], TEST_SINGLE
     else:
-        waves = round2_waves(suspects, passed)
-    bad: list[str] = []
-    for wave in waves:
-        rounds += 1
-        say(f"round {rounds}: {len(wave)} test(s) of {len(suspects)} suspect(s)")
-        results = run_round(wave, run_test, parallel)
-        tests += len(wave)
-        name = TEST_SINGLE if fallback else TEST_REPAIR
-        evidence += [Evidence.from_result(r, name, rounds) for r in results]
-        bad += [r.group[0] for r in results if not r.passed]
-    bad_set = set(bad)
-    return BisectionOutcome(tuple(n for n in nodes if n in bad_set),
-                            tuple(n for n in nodes if n not in bad_set), rounds, tests, tuple(evidence), fallback)
+        groups, name = round2_groups(suspects, passed), TEST_REPAIR
+    say(f"round 2: {len(groups)} test(s) of {len(suspects)} suspect(s)")
+    results = run_round(groups, run_test, parallel)
+    evidence += [Evidence.from_result(r, name, 2) for r in results]
+    bad = {r.group[0] for r in results if not r.passed}
+    return BisectionOutcome(tuple(n for n in nodes if n in bad),
+                            tuple(n for n in nodes if n not in bad),
+                            2, tests + len(groups), tuple(evidence), fallback)
 
 
 def _round1_name(group: Group) -> str:
