@@ -1,15 +1,18 @@
 """The real local Slurm cluster, started once per test session.
 
 ``slurm_cluster`` runs ``sbin/acme-cluster up`` (folder ``/tmp/acme-test-cluster``
-unless ``ACME_CLUSTER_DIR`` is set; ports from ``ACME_CLUSTER_PORT_BASE``,
-default 17800, so a developer's demo cluster on the default ports can keep
-running) and exports ``SLURM_CONF`` for the whole session. It is left running
+unless ``ACME_CLUSTER_DIR`` is set; ports from ``ACME_CLUSTER_PORT_BASE``, else
+those the folder's cluster already uses, else the first free base of
+``PORT_BASES``, so a demo cluster on the default ports can keep running) and
+exports ``SLURM_CONF`` for the whole session. It is left running
 afterwards so the next run starts in a second; ``acme-cluster down`` stops it.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -22,7 +25,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 ACME_CLUSTER = REPO / "sbin" / "acme-cluster"
 DEFAULT_DIR = "/tmp/acme-test-cluster"
-DEFAULT_PORT_BASE = "17800"
+#: Port bases tried, in order, for a new cluster folder (the default cluster uses 16800).
+PORT_BASES = (17800, 19800, 20800, 21800, 22800, 23800)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,8 +49,9 @@ class SlurmCluster:
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     folder = Path(os.environ.get("ACME_CLUSTER_DIR", DEFAULT_DIR))
-    env = {**os.environ, "ACME_CLUSTER_DIR": str(folder),
-           "ACME_CLUSTER_PORT_BASE": os.environ.get("ACME_CLUSTER_PORT_BASE", DEFAULT_PORT_BASE)}
+    env = {**os.environ, "ACME_CLUSTER_DIR": str(folder)}
+    if "ACME_CLUSTER_PORT_BASE" not in env and not (folder / "cluster.json").exists():
+        env["ACME_CLUSTER_PORT_BASE"] = str(_free_port_base())
     proc = subprocess.run([sys.executable, str(ACME_CLUSTER), "up"], env=env,
                           capture_output=True, text=True, timeout=1800, check=False)
     if proc.returncode != 0:
@@ -67,9 +72,21 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
 
 
 def _read_cluster_json(folder: Path) -> dict:
-    import json
-
     return json.loads((folder / "cluster.json").read_text())
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _free_port_base() -> int:
+    """The first base whose MariaDB, slurmctld, slurmdbd and node1 ports are all free."""
+    for base in PORT_BASES:
+        if not any(_port_taken(base + offset) for offset in (6, 17, 19, 101)):
+            return base
+    pytest.fail(f"no free port base among {PORT_BASES}; set ACME_CLUSTER_PORT_BASE", pytrace=False)
 
 
 def wait_for_job(slurm, job_id: str, *, timeout: float = 120, poll: float = 0.5):  # type: ignore[no-untyped-def]
