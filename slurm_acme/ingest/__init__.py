@@ -1,0 +1,1 @@
+"""Getting job records into the store: from ``sacct`` and from AcmeTrace CSVs."""

@@ -1,0 +1,173 @@
+"""`sacme import-trace`: every column, both timezone styles, string ids, bad rows."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from slurm_acme.errors import InputError
+from slurm_acme.ingest.trace import import_trace
+from slurm_acme.store.schema.core import jobs
+
+SEREN = """job_id,user,node_num,gpu_num,cpu_num,type,state,submit_time,start_time,end_time,duration,queue,gpu_time
+5001,alice,2,16,128,Pretrain,COMPLETED,2023-07-01 08:00:00+08:00,2023-07-01 08:10:00+08:00,2023-07-01 10:10:00+08:00,7200,600,115200
+5002,bob,0,0,4,Other,FAILED,2023-07-02 00:00:05+08:00,2023-07-02 00:00:05+08:00,2023-07-02 00:01:05+08:00,60,0,0
+5003,carol,1,1,8,Eval,CANCELLED,2023-07-03 12:00:00+08:00,,2023-07-03 12:30:00+08:00,0,1800,0
+"""
+
+KALOS = """job_id,user,node_num,gpu_num,cpu_num,type,state,submit_time,start_time,end_time,duration,queue,gpu_time,mem_per_pod_GB,shared_mem_per_pod,fail_time,stop_time
+dlc1a2b3c,dave,4,32,512,SFT,NODE_FAIL,2023-07-05 00:00:00+00:00,2023-07-05 00:00:30+00:00,2023-07-05 01:00:30+00:00,3600,30,115200,256.5,64,2023-07-05 01:00:30+00:00,2023-07-05 01:00:31+00:00
+dlc9z,erin,1,8,64,MLLM,TIMEOUT,2023-07-06 23:59:59+00:00,2023-07-07 00:00:00+00:00,2023-07-07 04:00:00+00:00,14400,1,115200,128,0,,2023-07-07 04:00:00+00:00
+"""
+
+# 2023-07-01T00:00:00Z, computed by hand.
+JULY_1_UTC = 1688169600.0
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def rows_by_id(store) -> dict[str, dict]:  # type: ignore[no-untyped-def]
+    with store.engine.connect() as conn:
+        return {r.job_id: r._asdict() for r in conn.execute(select(jobs))}
+
+
+def test_seren_row_imports_every_column_with_utc_times(store, tmp_path):
+    result = import_trace(store, write(tmp_path, "trace_seren.csv", SEREN), cluster="seren")
+    assert (result.rows, result.skipped) == (3, 0)
+    row = rows_by_id(store)["5001"]
+    assert row["cluster"] == "seren" and row["user"] == "alice"
+    assert (row["nodes"], row["gpus"], row["cpus"]) == (2, 16, 128)
+    assert (row["workload_type"], row["state"]) == ("Pretrain", "COMPLETED")
+    # 08:00 at +08:00 is midnight UTC.
+    assert row["submit_ts"] == JULY_1_UTC
+    assert row["start_ts"] == JULY_1_UTC + 600
+    assert row["end_ts"] == JULY_1_UTC + 600 + 7200
+    assert (row["duration_s"], row["queue_s"], row["gpu_time_s"]) == (7200, 600, 115200)
+    assert row["source"] == "trace:trace_seren.csv"
+    assert row["mem_per_pod_gb"] is None and row["fail_ts"] is None
+
+
+def test_empty_start_time_is_null(store, tmp_path):
+    import_trace(store, write(tmp_path, "t.csv", SEREN), cluster="seren")
+    assert rows_by_id(store)["5003"]["start_ts"] is None
+
+
+def test_kalos_string_ids_and_extra_columns(store, tmp_path):
+    result = import_trace(store, write(tmp_path, "trace_kalos.csv", KALOS), cluster="kalos")
+    assert result.rows == 2
+    rows = rows_by_id(store)
+    row = rows["dlc1a2b3c"]
+    assert row["submit_ts"] == JULY_1_UTC + 4 * 86400
+    assert (row["mem_per_pod_gb"], row["shared_mem_per_pod"]) == (256.5, 64)
+    assert row["fail_ts"] == JULY_1_UTC + 4 * 86400 + 3630
+    assert row["stop_ts"] == row["fail_ts"] + 1
+    assert rows["dlc9z"]["fail_ts"] is None
+    assert rows["dlc9z"]["submit_ts"] == JULY_1_UTC + 6 * 86400 - 1
+
+
+def test_both_timezone_styles_agree_on_the_same_instant(store, tmp_path):
+    plus8 = SEREN.splitlines()[0] + "\n1,u,1,1,1,Debug,COMPLETED,2023-07-01 08:00:00+08:00,,,0,0,0\n"
+    utc = SEREN.splitlines()[0] + "\n2,u,1,1,1,Debug,COMPLETED,2023-07-01T00:00:00+00:00,,,0,0,0\n"
+    naive = SEREN.splitlines()[0] + "\n3,u,1,1,1,Debug,COMPLETED,2023-07-01 00:00:00,,,0,0,0\n"
+    for i, text in enumerate((plus8, utc, naive)):
+        import_trace(store, write(tmp_path, f"t{i}.csv", text), cluster="c")
+    rows = rows_by_id(store)
+    assert rows["1"]["submit_ts"] == rows["2"]["submit_ts"] == rows["3"]["submit_ts"] == JULY_1_UTC
+
+
+def test_reimport_is_idempotent_and_updates(store, tmp_path):
+    path = write(tmp_path, "t.csv", SEREN)
+    import_trace(store, path, cluster="seren")
+    path.write_text(SEREN.replace("alice", "alice2"))
+    import_trace(store, path, cluster="seren")
+    with store.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(jobs)).scalar() == 3
+    assert rows_by_id(store)["5001"]["user"] == "alice2"
+
+
+def test_same_job_id_in_two_clusters_is_two_jobs(store, tmp_path):
+    path = write(tmp_path, "t.csv", SEREN)
+    import_trace(store, path, cluster="a")
+    import_trace(store, path, cluster="b")
+    with store.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(jobs)).scalar() == 6
+
+
+BAD = SEREN + """5004,dan,two,1,1,Eval,COMPLETED,2023-07-01 08:00:00+08:00,,,0,0,0
+5005,dan,1,1,1,Training,COMPLETED,2023-07-01 08:00:00+08:00,,,0,0,0
+5006,dan,1,1,1,Eval,COMPLETED,2023-13-01 08:00:00+08:00,,,0,0,0
+5007,dan,1,1
+"""
+
+
+def test_bad_rows_are_skipped_and_named(store, tmp_path):
+    result = import_trace(store, write(tmp_path, "bad.csv", BAD), cluster="s")
+    assert (result.rows, result.skipped) == (3, 4)
+    messages = [str(b) for b in result.bad]
+    assert "bad.csv:5: column 'node_num'" in messages[0] and "'two'" in messages[0]
+    assert "bad.csv:6: column 'type'" in messages[1] and "Training" in messages[1]
+    assert "bad.csv:7: column 'submit_time'" in messages[2]
+    assert "bad.csv:8:" in messages[3] and "expected 13 fields, found 4" in messages[3]
+
+
+def test_strict_aborts_and_writes_nothing(store, tmp_path):
+    with pytest.raises(InputError, match=r"bad.csv:5: column 'node_num'.*nothing imported"):
+        import_trace(store, write(tmp_path, "bad.csv", BAD), cluster="s", strict=True, batch_size=1)
+    with store.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(jobs)).scalar() == 0
+
+
+def test_unknown_column_is_rejected_by_name(store, tmp_path):
+    text = SEREN.replace("gpu_time", "gpu_time,colour", 1)
+    with pytest.raises(InputError, match=r"u.csv:1: unknown column\(s\) 'colour'"):
+        import_trace(store, write(tmp_path, "u.csv", text), cluster="s")
+
+
+def test_missing_column_is_rejected_by_name(store, tmp_path):
+    text = "job_id,user\n1,a\n"
+    with pytest.raises(InputError, match=r"missing column\(s\) 'node_num'"):
+        import_trace(store, write(tmp_path, "m.csv", text), cluster="s")
+
+
+def test_empty_and_missing_files(store, tmp_path):
+    with pytest.raises(InputError, match="empty file"):
+        import_trace(store, write(tmp_path, "e.csv", ""), cluster="s")
+    with pytest.raises(InputError, match="no such file"):
+        import_trace(store, tmp_path / "nope.csv", cluster="s")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "slurm_acme", *args], capture_output=True, text=True)
+
+
+def test_cli_unknown_column_is_one_line_exit_2(tmp_path, sqlite_url):
+    path = write(tmp_path, "u.csv", SEREN.replace("gpu_time", "gpu_time,colour", 1))
+    proc = run_cli("--db", sqlite_url, "import-trace", str(path), "--cluster", "s")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "unknown column(s) 'colour'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_reports_skipped_rows_and_json(tmp_path, sqlite_url):
+    import json
+
+    proc = run_cli("--db", sqlite_url, "import-trace", str(write(tmp_path, "bad.csv", BAD)),
+                   "--cluster", "s", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["skipped"] == 4
+    assert "bad.csv:5: column 'node_num'" in proc.stderr
+
+
+def test_cli_unreachable_database_is_exit_2(tmp_path):
+    path = write(tmp_path, "t.csv", SEREN)
+    proc = run_cli("--db", "postgresql://nobody@127.0.0.1:1/none", "import-trace", str(path), "--cluster", "s")
+    assert proc.returncode == 2
+    assert "unreachable" in proc.stderr and "Traceback" not in proc.stderr
