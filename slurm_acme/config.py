@@ -106,6 +106,19 @@ class EvaluateConfig(_Section):
     local_dir: str = "/dev/shm/acme-eval"
     partition: str = ""
     cpu_partition: str = ""
+    #: Shared directory (visible on every node) for run specs, predictions and scores.
+    work_dir: str = Field(default_factory=lambda: str(Path.home() / ".local" / "share" / "slurm-acme" / "seval"))
+    #: Extra registry CSVs (user datasets), layered over the shipped ones.
+    datasets_files: list[str] = Field(default_factory=list)
+    backend: Literal["builtin", "opencompass", "lm-eval"] = "builtin"
+    gpus_per_node: int = Field(default=8, ge=1)
+    cpu_slots_per_node: int = Field(default=32, ge=1)
+    cpus_per_score_task: int = Field(default=2, ge=1)
+    #: Seconds a trial pays before inference: engine start + loading from node-local memory.
+    trial_overhead_s: float = Field(default=12.0, ge=0)
+    time_limit: str = "01:00:00"
+    #: ``auto`` reads JobContainerType; ``allocation`` = one allocation per node with srun steps.
+    mode: Literal["auto", "jobs", "allocation"] = "auto"
 
 
 class AcmeConfig(_Section):
