@@ -10,7 +10,7 @@ book only if it passes :func:`slurm_acme.diagnose.learning.validate_proposal`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from slurm_acme.diagnose.model import Diagnosis
@@ -88,8 +88,13 @@ def conclude(
     return llm.diagnose(text, index.nearest(text, k=3), rulebook=diagnoser.rulebook) or retrieved
 
 
-def scan_file(path: str, *, rulebook: RuleBook | None = None) -> StreamingDiagnoser:
-    """Stream a log file of any size through a fresh diagnoser (bounded memory)."""
+def scan_file(
+    path: str, *, rulebook: RuleBook | None = None, progress: Callable[[int], None] | None = None
+) -> StreamingDiagnoser:
+    """Stream a log file of any size through a fresh diagnoser (bounded memory).
+
+    ``progress`` is called after each chunk with the bytes read so far.
+    """
     from slurm_acme.diagnose.reader import iter_batches, open_log
     from slurm_acme.diagnose.streaming import StreamingDiagnoser
 
@@ -97,6 +102,8 @@ def scan_file(path: str, *, rulebook: RuleBook | None = None) -> StreamingDiagno
     with open_log(path) as handle:
         for lines, keys in iter_batches(handle):
             diagnoser.feed_bytes(lines, keys)
+            if progress is not None:
+                progress(handle.tell())
     return diagnoser
 
 
@@ -107,7 +114,8 @@ def diagnose_file(
     cases: CaseIndex | Sequence | None = None,
     llm: LLMAgent | None = None,
     threshold: float | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[Diagnosis, StreamingDiagnoser]:
     """:func:`diagnose` for a file path; also returns the diagnoser (compressed log, stats)."""
-    diagnoser = scan_file(path, rulebook=rulebook)
+    diagnoser = scan_file(path, rulebook=rulebook, progress=progress)
     return conclude(diagnoser, cases=cases, llm=llm, threshold=threshold), diagnoser

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from slurm_acme.diagnose.streaming import StreamingDiagnoser
 
 #: Cosine similarity below which retrieval says "unknown".
-DEFAULT_THRESHOLD = 0.35
+DEFAULT_THRESHOLD = 0.25
 #: Neighbours that vote.
 NEIGHBOURS = 3
 #: Compressed lines (from the end) that form the query.
