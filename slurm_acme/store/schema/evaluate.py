@@ -17,6 +17,9 @@ eval_runs = Table(
     Column("state", String(32), nullable=False, default="PLANNED"),
     Column("plan", Text),  # JSON
     Column("job_ids", Text),  # JSON
+    Column("run_dir", Text),
+    Column("mode", String(16)),
+    Column("finished_ts", Float),
 )
 
 eval_trials = Table(
@@ -34,6 +37,9 @@ eval_trials = Table(
     Column("cpu_start_ts", Float),
     Column("cpu_end_ts", Float),
     Column("state", String(32)),
+    Column("gpu_s", Float),  # measured inference seconds, model load excluded
+    Column("load_s", Float),  # measured model load seconds
+    Column("cpu_s", Float),  # measured scoring seconds
     UniqueConstraint("eval_id", "trial"),
 )
 

@@ -1,0 +1,232 @@
+"""``seval``: evaluate a checkpoint with the trial coordinator.
+
+``seval CKPT --datasets all [--dry-run]`` plans and submits; ``seval status``,
+``seval results CKPT``, ``seval cancel EVAL_ID`` and ``seval simulate`` are
+subcommands. A first word that is not a subcommand is the checkpoint of the
+default ``run`` command.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from slurm_acme.cli.context import AppContext, common_options, pass_app
+from slurm_acme.errors import InputError
+
+
+class SevalGroup(click.Group):
+    """A group whose unknown first word is the CKPT argument of ``run``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        first = next((a for a in args if not a.startswith("-")), None)
+        if args and first is not None and first not in self.commands and not _is_option_value(args, first):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+def _is_option_value(args: list[str], word: str) -> bool:
+    """``--db URL CKPT``: URL is the value of a group option, not a command."""
+    i = args.index(word)
+    return i > 0 and args[i - 1] in ("--db", "--config")
+
+
+@click.group(cls=SevalGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@common_options
+@click.pass_context
+def seval(ctx: click.Context, config_path: str | None, db_url: str | None) -> None:
+    """Evaluate checkpoints fast: node-local preload, CPU scoring jobs, prior-based packing."""
+    ctx.obj = AppContext(config_path=config_path, db_url=db_url)
+
+
+def _err(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+@seval.command("run")
+@click.argument("checkpoint")
+@click.option("--datasets", "datasets_spec", default="all", show_default=True,
+              help="Datasets and groups, comma separated (all, code, knowledge, tiny, mmlu, ...).")
+@click.option("--nodes", "node_count", type=int, default=1, show_default=True, help="Nodes to use.")
+@click.option("--nodelist", default="", help="Comma-separated node names (default: idle GPU nodes).")
+@click.option("--gpus-per-node", type=int, default=None, help="GPU slots per node (default: config).")
+@click.option("--backend", type=click.Choice(["builtin", "opencompass", "lm-eval"]), default=None)
+@click.option("--mode", type=click.Choice(["auto", "jobs", "allocation"]), default=None,
+              help="allocation: one allocation per node with srun steps (job_container/tmpfs sites).")
+@click.option("--model-size-b", type=float, default=None, help="Model size in billions (default: from files).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--dry-run", is_flag=True, help="Print the plan and the sbatch calls; submit nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_app
+def run(app: AppContext, checkpoint: str, datasets_spec: str, node_count: int, nodelist: str,
+        gpus_per_node: int | None, backend: str | None, mode: str | None, model_size_b: float | None,
+        seed: int, dry_run: bool, as_json: bool) -> None:
+    """Plan and submit the evaluation of CHECKPOINT."""
+    from slurm_acme.evaluate import service
+    from slurm_acme.store import evaluate as store_eval
+
+    cfg = app.config.evaluate
+    nodes = [n for n in nodelist.split(",") if n] if nodelist else []
+    if node_count < 1:
+        raise InputError(f"--nodes must be >= 1 (got {node_count})")
+    mode = mode or cfg.mode
+    slurm = None
+    if not dry_run:
+        from slurm_acme.evaluate.container import job_container_type, mode_for, read_show_config
+        from slurm_acme.slurm.client import default_client
+
+        slurm = default_client(app.config.slurm.command_timeout_s)
+        if not nodes:
+            nodes = _idle_gpu_nodes(slurm, node_count)
+        if mode == "auto":
+            mode = mode_for(job_container_type(read_show_config()), cfg.local_dir)
+    if not nodes:
+        nodes = [f"node[{i}]" for i in range(node_count)]
+    if mode == "auto":
+        mode = "jobs"
+    store = app.store()
+    size_probe = model_size_b
+    if size_probe is None:
+        from pathlib import Path
+
+        ck = Path(checkpoint).expanduser()
+        size_probe = service.model_size_b(ck) if ck.is_dir() else 0.0
+    measured = store_eval.load_priors(store, size_probe)
+    prepared = service.prepare(cfg, checkpoint, datasets_spec, nodes=nodes, measured=measured,
+                               db_url=app.store_url, mode=mode, gpus_per_node=gpus_per_node,
+                               size_b=size_probe, seed=seed, backend=backend)
+    summary = service.plan_summary(prepared.plan)
+    if dry_run:
+        if as_json:
+            click.echo(json.dumps({"eval_id": prepared.spec.eval_id, "mode": mode, "nodes": nodes,
+                                   "priors": prepared.prior_sources, "plan": summary,
+                                   "jobs": [{"key": j.key, "options": list(j.options), "script": j.script,
+                                             "after": [list(a) for a in j.after]} for j in prepared.jobs.jobs]}))
+        else:
+            _print_plan(prepared, nodes)
+            click.echo(prepared.jobs.render())
+        return
+    ids = service.submit(prepared, slurm, store, app.config.cluster.name)
+    if as_json:
+        click.echo(json.dumps({"eval_id": prepared.spec.eval_id, "mode": mode, "job_ids": ids}))
+    else:
+        _err(f"seval: submitted {len(ids)} job(s) in {mode} mode; predicted makespan "
+             f"{prepared.plan.predicted_makespan_s:.1f}s (baseline {prepared.plan.baseline_makespan_s:.1f}s)")
+        click.echo(prepared.spec.eval_id)
+
+
+def _idle_gpu_nodes(slurm, count: int) -> list[str]:  # type: ignore[no-untyped-def]
+    nodes = [n.name for n in slurm.sinfo_nodes()
+             if "gpu" in (n.gres or "") and n.state.rstrip("*~#").lower() in ("idle", "mixed")]
+    if len(nodes) < count:
+        raise InputError(f"--nodes {count}: only {len(nodes)} idle/mixed GPU node(s) ({', '.join(nodes) or 'none'})")
+    return nodes[:count]
+
+
+def _print_plan(prepared, nodes: list[str]) -> None:  # type: ignore[no-untyped-def]
+    plan = prepared.plan
+    out = sys.stdout
+    click.echo(f"eval {prepared.spec.eval_id}: {len(prepared.datasets)} dataset(s), {len(plan.trials)} trial(s), "
+               f"{plan.resources.gpu_slots} GPU slot(s) on {len(nodes)} node(s), packing={plan.method}", file=out)
+    for (node, gpu), trials in sorted(plan.slot_trials().items()):
+        names = "; ".join(f"{t.trial_id}[" + ", ".join(s.key for s in t.shards) + "]" for t in trials)
+        click.echo(f"  {nodes[node]}/gpu{gpu}: {names}", file=out)
+    click.echo(f"predicted makespan: {plan.predicted_makespan_s:.1f}s", file=out)
+    click.echo(f"lower bound:        {plan.lower_bound_s:.1f}s  (max(total/slots, largest shard) + preload + one start)", file=out)
+    click.echo(f"gap:                {plan.gap * 100:.1f}%", file=out)
+    click.echo(f"baseline makespan:  {plan.baseline_makespan_s:.1f}s  (one job per dataset, remote load, in-job scoring)", file=out)
+
+
+@seval.command("status")
+@click.argument("eval_id", required=False)
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def status(app: AppContext, eval_id: str | None, as_json: bool) -> None:
+    """Recent evaluations, or one evaluation's jobs with their Slurm states."""
+    from slurm_acme.store import evaluate as store_eval
+
+    store = app.store()
+    if eval_id is None:
+        runs = store_eval.list_runs(store)
+        if as_json:
+            click.echo(json.dumps([{"eval_id": r.eval_id, "checkpoint": r.checkpoint, "state": r.state,
+                                    "created_ts": r.created_ts} for r in runs]))
+        for r in runs if not as_json else ():
+            click.echo(f"{r.eval_id}\t{r.state}\t{r.checkpoint}")
+        return
+    run_ = store_eval.get_run(store, eval_id)
+    if run_ is None:
+        raise InputError(f"no evaluation {eval_id!r} in the store")
+    from slurm_acme.slurm.client import default_client
+
+    queue = {j.array_job_id or j.job_id: j.state.value for j in default_client().squeue(run_.job_ids.values())}
+    jobs = {key: {"job_id": jid, "state": queue.get(jid, "DONE")} for key, jid in run_.job_ids.items()}
+    if as_json:
+        click.echo(json.dumps({"eval_id": eval_id, "state": run_.state, "jobs": jobs}))
+        return
+    click.echo(f"{eval_id}: {run_.state}")
+    for key, info in jobs.items():
+        click.echo(f"  {key}\t{info['job_id']}\t{info['state']}")
+
+
+@seval.command("results")
+@click.argument("checkpoint")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def results(app: AppContext, checkpoint: str, as_json: bool) -> None:
+    """The results of the latest evaluation of CHECKPOINT (a path or an eval id)."""
+    from pathlib import Path
+
+    from slurm_acme.store import evaluate as store_eval
+
+    store = app.store()
+    run_ = store_eval.get_run(store, checkpoint) or store_eval.latest_run_for(
+        store, str(Path(checkpoint).expanduser().resolve()))
+    if run_ is None:
+        raise InputError(f"no evaluation of {checkpoint!r} in the store")
+    rows = store_eval.results(store, run_.eval_id)
+    if as_json:
+        click.echo(json.dumps({"eval_id": run_.eval_id, "state": run_.state, "checkpoint": run_.checkpoint,
+                               "results": [r.__dict__ for r in rows]}))
+        return
+    click.echo(f"{run_.eval_id} ({run_.state})")
+    for r in rows:
+        click.echo(f"  {r.dataset:<24} {r.metric:<8} {r.score:8.4f}  n={r.examples}  gpu={r.gpu_s:.2f}s cpu={r.cpu_s:.2f}s")
+
+
+@seval.command("cancel")
+@click.argument("eval_id")
+@pass_app
+def cancel(app: AppContext, eval_id: str) -> None:
+    """Cancel every job of an evaluation."""
+    from slurm_acme.slurm.client import default_client
+    from slurm_acme.store import evaluate as store_eval
+
+    store = app.store()
+    run_ = store_eval.get_run(store, eval_id)
+    if run_ is None:
+        raise InputError(f"no evaluation {eval_id!r} in the store")
+    default_client().scancel(list(run_.job_ids.values()))
+    store_eval.set_run_state(store, eval_id, "CANCELLED", finished=True)
+    _err(f"seval: cancelled {len(run_.job_ids)} job(s) of {eval_id}")
+
+
+@seval.command("simulate")
+@click.option("--nodes", "node_list", default="1,4", show_default=True, help="Cluster sizes to simulate.")
+@click.option("--seed", type=int, default=0)
+def simulate(node_list: str, seed: int) -> None:
+    """Discrete-event simulation: baseline vs trial coordinator (prints JSON)."""
+    from slurm_acme.evaluate.priors import DEFAULT_HEURISTIC
+    from slurm_acme.evaluate.registry import load_registry
+    from slurm_acme.evaluate.simulate import paper_scenario
+
+    try:
+        sizes = tuple(int(n) for n in node_list.split(",") if n)
+    except ValueError:
+        raise InputError(f"--nodes: expected comma-separated integers (got {node_list!r})") from None
+    if not sizes or min(sizes) < 1:
+        raise InputError(f"--nodes: expected positive integers (got {node_list!r})")
+    datasets = load_registry(include_tiny=False).select("all")
+    click.echo(json.dumps(paper_scenario(datasets, DEFAULT_HEURISTIC, nodes=sizes, seed=seed)))

@@ -1,0 +1,109 @@
+"""The run spec: what every job of one evaluation reads from the shared run dir.
+
+``<run_dir>/spec.json`` is written once at submission (before any job can
+start) and never changed; jobs find their trial by (node, array index).
+Outputs go under the same dir: ``pred/<trial>/<shard>.jsonl``,
+``timing/<trial>.json``, ``score/<trial>.json``, ``logs/``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from slurm_acme.evaluate.planner import Plan
+from slurm_acme.evaluate.registry import Dataset
+
+SPEC_FILE = "spec.json"
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    key: str
+    dataset: str
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    trial_id: str
+    node: int
+    index: int  # position in the node's GPU array
+    slot: int
+    shards: tuple[ShardSpec, ...]
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    mode: str  # "gen" or "ppl"
+    kind: str  # scoring: "code", "ppl" or "gen"
+    metric: str
+    path: str
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    eval_id: str
+    checkpoint: str
+    local_dir: str  # node-local copy lives at <local_dir>/<eval_id>
+    backend: str
+    model_size_b: float
+    db_url: str
+    nodes: tuple[str, ...]
+    datasets: dict[str, DatasetSpec]
+    trials: tuple[TrialSpec, ...]
+
+    def trial(self, node: int, index: int) -> TrialSpec:
+        for trial in self.trials:
+            if trial.node == node and trial.index == index:
+                return trial
+        raise KeyError(f"no trial {index} on node {node}")
+
+    def node_trials(self, node: int) -> list[TrialSpec]:
+        return sorted((t for t in self.trials if t.node == node), key=lambda t: t.index)
+
+    @property
+    def local_copy(self) -> Path:
+        return Path(self.local_dir) / self.eval_id
+
+
+def dataset_spec(ds: Dataset) -> DatasetSpec:
+    kind = "code" if ds.is_code else ("gen" if ds.is_gen else "ppl")
+    return DatasetSpec(ds.name, "gen" if ds.is_gen else "ppl", kind, ds.metric, ds.path)
+
+
+def build_spec(*, eval_id: str, checkpoint: str, local_dir: str, backend: str, model_size_b: float,
+               db_url: str, nodes: tuple[str, ...], plan: Plan, datasets: list[Dataset]) -> RunSpec:
+    trials = []
+    for node in range(plan.resources.nodes):
+        for index, trial in enumerate(plan.node_trials(node)):
+            trials.append(TrialSpec(trial.trial_id, node, index, trial.slot, tuple(
+                ShardSpec(s.key, s.dataset, s.start, s.stop) for s in trial.shards)))
+    wanted = set(plan.datasets)
+    return RunSpec(eval_id, checkpoint, local_dir, backend, model_size_b, db_url, nodes,
+                   {d.name: dataset_spec(d) for d in datasets if d.name in wanted}, tuple(trials))
+
+
+def write_spec(spec: RunSpec, run_dir: Path) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for sub in ("pred", "timing", "score", "logs"):
+        (run_dir / sub).mkdir(exist_ok=True)
+    path = run_dir / SPEC_FILE
+    path.write_text(json.dumps(asdict(spec), indent=1), encoding="utf-8")
+    return path
+
+
+def read_spec(run_dir: Path) -> RunSpec:
+    raw: dict[str, Any] = json.loads((run_dir / SPEC_FILE).read_text(encoding="utf-8"))
+    return RunSpec(
+        eval_id=raw["eval_id"], checkpoint=raw["checkpoint"], local_dir=raw["local_dir"],
+        backend=raw["backend"], model_size_b=raw["model_size_b"], db_url=raw["db_url"],
+        nodes=tuple(raw["nodes"]),
+        datasets={k: DatasetSpec(**v) for k, v in raw["datasets"].items()},
+        trials=tuple(TrialSpec(t["trial_id"], t["node"], t["index"], t["slot"],
+                               tuple(ShardSpec(**s) for s in t["shards"])) for t in raw["trials"]),
+    )

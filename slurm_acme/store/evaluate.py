@@ -1,0 +1,134 @@
+"""Queries of the evaluation domain: runs, trials, results and runtime priors."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+
+from slurm_acme.evaluate.priors import Prior, ewma, size_bucket
+from slurm_acme.store.engine import Store
+from slurm_acme.store.rows import upsert
+from slurm_acme.store.schema.evaluate import eval_priors, eval_results, eval_runs, eval_trials
+
+
+@dataclass(frozen=True)
+class EvalRun:
+    eval_id: str
+    checkpoint: str
+    model_size_b: float
+    created_ts: float
+    state: str
+    job_ids: dict[str, str]
+    run_dir: str
+    mode: str
+    finished_ts: float | None
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    dataset: str
+    metric: str
+    score: float
+    examples: int
+    gpu_s: float
+    cpu_s: float
+
+
+def create_run(store: Store, *, eval_id: str, checkpoint: str, model_size_b: float, cluster: str,
+               plan: Mapping[str, Any], job_ids: Mapping[str, str], run_dir: str, mode: str) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(eval_runs.insert().values(
+            eval_id=eval_id, checkpoint=checkpoint, model_size_b=model_size_b, cluster=cluster,
+            created_ts=time.time(), state="SUBMITTED", plan=json.dumps(plan), job_ids=json.dumps(dict(job_ids)),
+            run_dir=run_dir, mode=mode))
+
+
+def set_run_state(store: Store, eval_id: str, state: str, *, finished: bool = False) -> None:
+    values: dict[str, Any] = {"state": state}
+    if finished:
+        values["finished_ts"] = time.time()
+    with store.engine.begin() as conn:
+        conn.execute(eval_runs.update().where(eval_runs.c.eval_id == eval_id).values(**values))
+
+
+def _run(row: Any) -> EvalRun:
+    return EvalRun(row.eval_id, row.checkpoint, row.model_size_b or 0.0, row.created_ts, row.state,
+                   json.loads(row.job_ids or "{}"), row.run_dir or "", row.mode or "", row.finished_ts)
+
+
+def get_run(store: Store, eval_id: str) -> EvalRun | None:
+    with store.engine.connect() as conn:
+        row = conn.execute(select(eval_runs).where(eval_runs.c.eval_id == eval_id)).first()
+    return _run(row) if row else None
+
+
+def list_runs(store: Store, limit: int = 20) -> list[EvalRun]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(eval_runs).order_by(eval_runs.c.created_ts.desc()).limit(limit)).all()
+    return [_run(r) for r in rows]
+
+
+def latest_run_for(store: Store, checkpoint: str) -> EvalRun | None:
+    """The newest run of a checkpoint that has results (else the newest at all)."""
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(eval_runs).where(eval_runs.c.checkpoint == checkpoint)
+                            .order_by(eval_runs.c.created_ts.desc())).all()
+        for row in rows:
+            if conn.execute(select(eval_results.c.id).where(eval_results.c.eval_id == row.eval_id)).first():
+                return _run(row)
+    return _run(rows[0]) if rows else None
+
+
+def record_trials(store: Store, eval_id: str, trials: Sequence[Mapping[str, Any]]) -> None:
+    rows = [{"eval_id": eval_id, **t} for t in trials]
+    with store.engine.begin() as conn:
+        upsert(conn, eval_trials, rows, ["eval_id", "trial"])
+
+
+def record_results(store: Store, eval_id: str, results: Sequence[EvalResult]) -> None:
+    rows = [{"eval_id": eval_id, "dataset": r.dataset, "metric": r.metric, "score": r.score,
+             "examples": r.examples, "gpu_s": r.gpu_s, "cpu_s": r.cpu_s} for r in results]
+    with store.engine.begin() as conn:
+        upsert(conn, eval_results, rows, ["eval_id", "dataset"])
+
+
+def results(store: Store, eval_id: str) -> list[EvalResult]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(eval_results).where(eval_results.c.eval_id == eval_id)
+                            .order_by(eval_results.c.dataset)).all()
+    return [EvalResult(r.dataset, r.metric or "", r.score or 0.0, r.examples or 0, r.gpu_s or 0.0,
+                       r.cpu_s or 0.0) for r in rows]
+
+
+def trials(store: Store, eval_id: str) -> list[dict[str, Any]]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(eval_trials).where(eval_trials.c.eval_id == eval_id)
+                            .order_by(eval_trials.c.trial)).all()
+    return [dict(r._mapping) for r in rows]
+
+
+def load_priors(store: Store, model_size_b: float) -> dict[str, Prior]:
+    """Measured priors for this model-size bucket."""
+    bucket = size_bucket(model_size_b)
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(eval_priors).where(eval_priors.c.model_size_b == bucket)).all()
+    return {r.dataset: Prior(r.gpu_s, r.cpu_s, r.samples) for r in rows}
+
+
+def update_priors(store: Store, model_size_b: float, measured: Mapping[str, tuple[float, float]]) -> dict[str, Prior]:
+    """Fold whole-dataset measurements (GPU s, CPU s) into the EWMA priors; return the new ones."""
+    bucket = size_bucket(model_size_b)
+    with store.engine.begin() as conn:
+        old = {r.dataset: Prior(r.gpu_s, r.cpu_s, r.samples) for r in conn.execute(
+            select(eval_priors).where(eval_priors.c.model_size_b == bucket,
+                                      eval_priors.c.dataset.in_(list(measured)))).all()}
+        new = {name: ewma(old.get(name, Prior(0.0, 0.0, 0)), gpu, cpu) for name, (gpu, cpu) in measured.items()}
+        upsert(conn, eval_priors, [{"dataset": n, "model_size_b": bucket, "gpu_s": p.gpu_s, "cpu_s": p.cpu_s,
+                                    "samples": p.samples, "updated_ts": time.time()} for n, p in new.items()],
+               ["dataset", "model_size_b"])
+    return new
