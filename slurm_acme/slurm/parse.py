@@ -160,6 +160,7 @@ def _sacct_job(raw: Doc, extra_rows: int) -> SacctJob:
     code, sig = exit_status(raw.get("exit_code"))
     state = raw.get("state") or {}
     nodelist = as_text(raw.get("nodes"))
+    array_id, task_id = _array(array.get("job_id"), array.get("task_id"))
     return SacctJob(
         job_id=str(number(raw.get("job_id"))),
         cluster=as_text(raw.get("cluster")),
@@ -181,8 +182,8 @@ def _sacct_job(raw: Doc, extra_rows: int) -> SacctJob:
         exit_code=code,
         signal=sig,
         restarts=max(number(raw.get("restart_cnt")) or 0, extra_rows),
-        array_job_id=_array(array.get("job_id"), array.get("task_id"))[0],
-        array_task_id=_array(array.get("job_id"), array.get("task_id"))[1],
+        array_job_id=array_id,
+        array_task_id=task_id,
         alloc_tres=tres_string(tres.get("allocated")),
         reason=as_text(state.get("reason")) if isinstance(state, Mapping) else "",
     )
