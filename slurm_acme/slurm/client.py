@@ -15,7 +15,7 @@ from typing import Protocol
 
 from slurm_acme.slurm import parse
 from slurm_acme.slurm.errors import JobNotFound, SlurmError, SlurmUnavailable
-from slurm_acme.slurm.records import NodeInfo, QueueJob, SacctJob, ScontrolJob
+from slurm_acme.slurm.records import NodeInfo, QueueJob, SacctJob, ScontrolJob, ScontrolNode
 from slurm_acme.slurm.runner import run_slurm
 
 
@@ -119,6 +119,24 @@ class Slurm:
         if not hostlist:
             return []
         return parse.parse_hostnames(self._run(["scontrol", "show", "hostnames", hostlist]))
+
+    def job_gpu_indices(self, job_id: str | int) -> dict[str, list[int]]:
+        """GPU indices the job holds on each of its nodes (``scontrol -d show job``)."""
+        text = self._run(["scontrol", "-d", "-o", "show", "job", str(job_id)])
+        return {node: indices for hostlist, indices in parse.parse_job_gpu_groups(text)
+                for node in self.show_hostnames(hostlist)}
+
+    def show_nodes(self, names: Iterable[str] | None = None) -> list[ScontrolNode]:
+        """``scontrol show node -o`` for ``names`` (hostlists welcome), or every node."""
+        wanted = [str(n) for n in names] if names is not None else None
+        if wanted == []:
+            return []
+        argv = ["scontrol", "show", "node", "-o"] + ([",".join(wanted)] if wanted else [])
+        return parse.parse_scontrol_show_node(self._run(argv))
+
+    def show_config(self) -> dict[str, str]:
+        """The controller's running configuration (``scontrol show config``)."""
+        return parse.parse_scontrol_show_config(self._run(["scontrol", "show", "config"]))
 
     def sinfo_nodes(self) -> list[NodeInfo]:
         return parse.parse_sinfo_nodes(self._run(["sinfo", "-N", "-h", "-o", parse.SINFO_FORMAT]))

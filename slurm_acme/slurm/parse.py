@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from slurm_acme.slurm.errors import SlurmParseError
-from slurm_acme.slurm.records import NodeInfo, QueueJob, SacctJob, ScontrolJob
+from slurm_acme.slurm.records import NodeInfo, QueueJob, SacctJob, ScontrolJob, ScontrolNode
 from slurm_acme.slurm.states import JobState
 
 Doc = Mapping[str, Any]
@@ -247,23 +247,63 @@ def _queue_job(raw: Doc) -> QueueJob:
 _KEY = re.compile(r"\s+(?=[A-Z][\w/:]*=)")
 
 
-def parse_scontrol_show_job(text: str) -> list[ScontrolJob]:
-    """Jobs from ``scontrol show job [-o]`` (one line or one block per job).
+def _records(text: str, first_key: str) -> list[dict[str, str]]:
+    """``Key=Value`` records of ``scontrol show ... [-o]`` (one line or one block each).
 
-    A value may contain spaces (job names, paths); a new field starts where a
-    ``Key=`` follows whitespace.
+    A value may contain spaces (job names, paths, the OS string); a new field
+    starts where a ``Key=`` follows whitespace. A repeated key keeps its first value.
     """
-    jobs = []
-    for block in re.split(r"(?:^|\s)(?=JobId=)", text):
+    records = []
+    for block in re.split(rf"(?:^|\s)(?={first_key}=)", text):
         block = block.strip()
-        if not block.startswith("JobId="):
+        if not block.startswith(f"{first_key}="):
             continue
-        fields = {}
+        fields: dict[str, str] = {}
         for token in _KEY.split(block):
             key, _, value = token.partition("=")
             fields.setdefault(key, value.strip())
-        jobs.append(ScontrolJob(fields=fields))
-    return jobs
+        records.append(fields)
+    return records
+
+
+def parse_scontrol_show_job(text: str) -> list[ScontrolJob]:
+    """Jobs from ``scontrol show job [-o]``."""
+    return [ScontrolJob(fields=f) for f in _records(text, "JobId")]
+
+
+def parse_scontrol_show_node(text: str) -> list[ScontrolNode]:
+    """Nodes from ``scontrol show node [-o]``."""
+    return [ScontrolNode(fields=f) for f in _records(text, "NodeName")]
+
+
+def parse_scontrol_show_config(text: str) -> dict[str, str]:
+    """``scontrol show config``: ``Key = Value`` lines (first wins); ``(null)`` is ''."""
+    config: dict[str, str] = {}
+    for line in text.splitlines():
+        match = re.match(r"^(\w+)\s*=\s?(.*)$", line)
+        if match:
+            config.setdefault(match.group(1), as_text(match.group(2).strip()))
+    return config
+
+
+_GRES_GROUP = re.compile(r"\bNodes=(\S+)\s+CPU_IDs=\S*\s+Mem=\S+\s+GRES=(\S*)")
+_GPU_IDX = re.compile(r"gpu(?::[^:(,]+)?:\d+\(IDX:([\d,\-]+)\)")
+
+
+def parse_job_gpu_groups(text: str) -> list[tuple[str, list[int]]]:
+    """(hostlist, GPU indices) per allocation group of ``scontrol -d show job``.
+
+    ``Nodes=node[1-2] CPU_IDs=2 Mem=0 GRES=gpu:3(IDX:2-4)`` -> ``("node[1-2]", [2, 3, 4])``.
+    """
+    groups = []
+    for hostlist, gres in _GRES_GROUP.findall(text):
+        indices: list[int] = []
+        for spans in _GPU_IDX.findall(gres):
+            for span in spans.split(","):
+                lo, _, hi = span.partition("-")
+                indices.extend(range(int(lo), int(hi or lo) + 1))
+        groups.append((hostlist, sorted(indices)))
+    return groups
 
 
 def parse_hostnames(text: str) -> list[str]:

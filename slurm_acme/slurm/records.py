@@ -120,6 +120,44 @@ class ScontrolJob:
 
 
 @dataclass(frozen=True)
+class ScontrolNode:
+    """``scontrol show node -o``: every ``Key=Value`` pair, plus the ones callers need."""
+
+    fields: dict[str, str] = field(hash=False)
+
+    def get(self, key: str, default: str = "") -> str:
+        return self.fields.get(key, default)
+
+    @property
+    def name(self) -> str:
+        return self.get("NodeName")
+
+    @property
+    def addr(self) -> str:
+        """Where to reach the node (``NodeAddr``, else its hostname, else its name)."""
+        return self.get("NodeAddr") or self.get("NodeHostName") or self.name
+
+    @property
+    def hostname(self) -> str:
+        return self.get("NodeHostName") or self.name
+
+    @property
+    def port(self) -> int | None:
+        value = self.get("Port")
+        return int(value) if value.isdigit() else None
+
+    @property
+    def state(self) -> str:
+        """``IDLE``, ``MIXED``, ``DOWN+DRAIN``, ... as scontrol prints it."""
+        return self.get("State")
+
+    @property
+    def gres(self) -> str:
+        value = self.get("Gres")
+        return "" if value == "(null)" else value
+
+
+@dataclass(frozen=True)
 class NodeInfo:
     """A node and its state as ``sinfo -N`` reports it (``idle``, ``down*``, ...)."""
 

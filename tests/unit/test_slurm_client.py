@@ -151,3 +151,21 @@ def test_pyslurm_detection_compares_major_minor():
     assert major_minor("22.5.1") == major_minor("slurm-wlm 22.05.8") == (22, 5)
     assert major_minor("23.11.0") != major_minor("22.05.8")
     assert major_minor("garbage") is None
+
+
+def test_job_gpu_indices_expands_each_group_with_scontrol():
+    detail = (FIXTURES / "22.05" / "scontrol_d_show_job.txt").read_text()
+    slurm, runner = client(detail, "node1\nnode2\n")
+    assert slurm.job_gpu_indices("17") == {"node1": [2, 3, 4], "node2": [2, 3, 4]}
+    assert [c["argv"] for c in runner.calls] == [
+        ["scontrol", "-d", "-o", "show", "job", "17"], ["scontrol", "show", "hostnames", "node[1-2]"]]
+
+
+def test_show_nodes_and_config_argv():
+    slurm, runner = client((FIXTURES / "22.05" / "scontrol_show_node.txt").read_text(),
+                           (FIXTURES / "22.05" / "scontrol_show_config.txt").read_text())
+    assert [n.port for n in slurm.show_nodes(["node1", "node2"])][:2] == [17901, 17902]
+    assert slurm.show_config()["ClusterName"] == "acme"
+    assert runner.calls[0]["argv"] == ["scontrol", "show", "node", "-o", "node1,node2"]
+    assert runner.calls[1]["argv"] == ["scontrol", "show", "config"]
+    assert slurm.show_nodes([]) == [] and len(runner.calls) == 2

@@ -181,3 +181,33 @@ def test_bad_output_raises_parse_error(bad):
         parse.parse_sbatch_parsable(bad)
     with pytest.raises(SlurmParseError):
         parse.parse_sacct_json(bad or "[]")
+
+
+def test_scontrol_show_node_with_spaces_in_the_os_field():
+    nodes = parse.parse_scontrol_show_node(fixture("22.05", "scontrol_show_node.txt"))
+    assert [n.name for n in nodes] == ["node1", "node2", "node3", "node4"]
+    node = nodes[0]
+    assert (node.addr, node.hostname, node.port, node.gres) == ("127.0.0.1", "localhost", 17901, "gpu:8")
+    assert node.get("OS").startswith("Linux ") and node.state == "MIXED"
+
+
+def test_scontrol_show_config():
+    config = parse.parse_scontrol_show_config(fixture("22.05", "scontrol_show_config.txt"))
+    assert config["ClusterName"] == "acme"
+    assert config["AccountingStoreFlags"] == "job_comment"
+    assert config["TaskEpilog"] == "" and config["SuspendRate"] == "60 nodes/min"
+
+
+def test_job_gpu_groups_from_detailed_show_job():
+    groups = parse.parse_job_gpu_groups(fixture("22.05", "scontrol_d_show_job.txt"))
+    assert groups == [("node[1-2]", [2, 3, 4])]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Nodes=a1 CPU_IDs=0-1 Mem=0 GRES=gpu:a100:2(IDX:0,3)", [("a1", [0, 3])]),
+    ("Nodes=a[1-2] CPU_IDs=0 Mem=0 GRES=", [("a[1-2]", [])]),
+    ("Nodes=a1 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:5) Nodes=a2 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0-1)",
+     [("a1", [5]), ("a2", [0, 1])]),
+])
+def test_job_gpu_groups_variants(text, expected):
+    assert parse.parse_job_gpu_groups(text) == expected
