@@ -6,8 +6,11 @@ adds up a few dozen aggregate rows into shares, means and CDFs.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 from sqlalchemy import Connection
@@ -37,6 +40,54 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 
 def _f(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A discrete distribution as sorted distinct values and cumulative counts."""
+
+    values: tuple[float, ...]
+    cumulative: tuple[int, ...]
+
+    @classmethod
+    def of(cls, counts: dict[float, int]) -> Distribution:
+        values = tuple(sorted(counts))
+        return cls(values, tuple(accumulate(counts[v] for v in values)))
+
+    @property
+    def n(self) -> int:
+        return self.cumulative[-1] if self.cumulative else 0
+
+    def quantile(self, p: int) -> float | None:
+        """Nearest rank: the value at rank ``ceil(p * n / 100)``."""
+        if not self.n:
+            return None
+        return self.values[bisect_left(self.cumulative, nearest_rank(p, self.n))]
+
+    def at_most(self, x: float) -> int:
+        """How many values are ``<= x``."""
+        i = bisect_right(self.values, x)
+        return self.cumulative[i - 1] if i else 0
+
+
+@dataclass(frozen=True)
+class Distributions:
+    """One metric's distribution per workload type and over all types."""
+
+    by_type: dict[str, Distribution]
+    overall: Distribution
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[str, float, int]]) -> Distributions:
+        per_type: dict[str, dict[float, int]] = defaultdict(dict)
+        total: dict[float, int] = defaultdict(int)
+        for wtype, value, count in rows:
+            per_type[wtype][value] = per_type[wtype].get(value, 0) + count
+            total[value] += count
+        return cls({t: Distribution.of(c) for t, c in per_type.items()}, Distribution.of(total))
+
+    def of_type(self, wtype: str) -> Distribution:
+        return self.by_type.get(wtype, Distribution((), ()))
 
 
 def histogram_quantile(pairs: Iterable[tuple[int, int]], p: int) -> float | None:
@@ -90,23 +141,22 @@ def build_report(
         try:
             q.select_jobs(conn, flt)
             groups = q.job_groups(conn)
-            hist = q.gpu_histogram(conn)
-            cdf_rows = q.duration_cdf_counts(conn, RUN_CDF_KS, QUEUE_CDF_KS)
-            run_q = q.gpu_job_quantiles(conn, "dur", PERCENTILES)
-            queue_q = q.gpu_job_quantiles(conn, "que", PERCENTILES)
+            run = Distributions.of(q.value_histogram(conn, "dur"))
+            queue = Distributions.of(q.value_histogram(conn, "que"))
             utilisation, power = _telemetry(conn, flt, tdp_watts)
             failures = _failures(conn, flt)
         finally:
             q.release_jobs(conn)
             conn.rollback()
-    gpu = [g for g in groups if g["is_gpu"]]
+    gpu = [g for g in groups if g["gpus"] > 0]
+    hist = _gpu_histogram(gpu)
     types = _types_present(g["wtype"] for g in groups)
-    overview = _overview(groups, gpu, hist, run_q, queue_q, flt, period)
+    overview = _overview(groups, gpu, hist, run, queue, flt, period)
     states = _states(gpu)
     return Report(
         overview=overview,
         workload=_workload(gpu, hist, types),
-        durations=_durations(cdf_rows, run_q, queue_q, types),
+        durations=_durations(run, queue, types),
         scale=_scale(hist),
         states=states,
         utilisation=utilisation,
@@ -116,18 +166,27 @@ def build_report(
     )
 
 
+def _gpu_histogram(gpu: list[dict[str, Any]]) -> list[tuple[str, int, int, float]]:
+    """``(type, gpus, jobs, gpu_time)`` per distinct GPU count, sorted."""
+    merged: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0, 0.0])
+    for g in gpu:
+        cell = merged[(g["wtype"], int(g["gpus"]))]
+        cell[0] += g["jobs"]
+        cell[1] += float(g["gtime"] or 0.0)
+    return [(t, n, int(c[0]), c[1]) for (t, n), c in sorted(merged.items())]
+
+
 def _sum(rows: Iterable[dict[str, Any]], key: str) -> float:
     return float(sum(r[key] or 0 for r in rows))
 
 
-def _overview(groups, gpu, hist, run_q, queue_q, flt: JobFilter, period: Period) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def _overview(groups, gpu, hist, run: Distributions, queue: Distributions,  # type: ignore[no-untyped-def]
+              flt: JobFilter, period: Period) -> dict[str, Any]:
     jobs = _sum(groups, "jobs")
     gpu_jobs = _sum(gpu, "jobs")
     by_gpus: dict[int, int] = defaultdict(int)
     for _, gpus, count, _ in hist:
         by_gpus[gpus] += count
-    overall_run = run_q.get(None, {})
-    overall_queue = queue_q.get(None, {})
     return {
         "period": {"label": period.label, "since": period.since_ts, "until": period.until_ts},
         "cluster": flt.cluster,
@@ -138,12 +197,12 @@ def _overview(groups, gpu, hist, run_q, queue_q, flt: JobFilter, period: Period)
         "cpu_jobs": jobs - gpu_jobs,
         "gpu_jobs": gpu_jobs,
         "gpu_hours": _sum(gpu, "gtime") / 3600.0,
-        "gpu_run_time_median_s": overall_run.get(50),
+        "gpu_run_time_median_s": run.overall.quantile(50),
         "gpu_run_time_mean_s": _ratio(_sum(gpu, "dur_sum"), _sum(gpu, "dur_n")),
         "gpu_run_time_max_s": _f(max((g["dur_max"] for g in gpu if g["dur_max"] is not None), default=None)),
-        "gpu_queue_median_s": overall_queue.get(50),
+        "gpu_queue_median_s": queue.overall.quantile(50),
         "gpu_queue_mean_s": _ratio(_sum(gpu, "que_sum"), _sum(gpu, "que_n")),
-        "gpu_num_mean": _ratio(_sum(gpu, "gpus_sum"), gpu_jobs),
+        "gpu_num_mean": _ratio(sum(g["gpus"] * g["jobs"] for g in gpu), gpu_jobs),
         "gpu_num_median": histogram_quantile(sorted(by_gpus.items()), 50),
         "gpu_num_max": _f(max(by_gpus, default=None)),
     }
@@ -165,25 +224,21 @@ def _workload(gpu, hist, types: list[str]) -> dict[str, Any]:  # type: ignore[no
     return out
 
 
-def _one_duration(n: float, quantiles: dict[int, float], cdf: list[tuple[int, float]]) -> dict[str, Any]:
+def _one_duration(dist: Distribution, ks: tuple[int, ...]) -> dict[str, Any]:
+    n = float(dist.n)
     return {
         "n": n,
-        **{f"p{p}": quantiles.get(p) for p in PERCENTILES},
-        "cdf": [{"le_s": float(2**k), "share": _ratio(count, n)} for k, count in cdf],
+        **{f"p{p}": dist.quantile(p) for p in PERCENTILES},
+        "cdf": [{"le_s": float(2**k), "share": _ratio(dist.at_most(2.0**k), n)} for k in ks],
     }
 
 
-def _durations(cdf_rows, run_q, queue_q, types: list[str]) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    def block(rows: list[dict[str, Any]], key: Any) -> dict[str, Any]:
-        dur_n, que_n = _sum(rows, "dur_n"), _sum(rows, "que_n")
-        return {
-            "run_time": _one_duration(dur_n, run_q.get(key, {}), [(k, _sum(rows, f"dur_le_{k}")) for k in RUN_CDF_KS]),
-            "queue": _one_duration(que_n, queue_q.get(key, {}), [(k, _sum(rows, f"que_le_{k}")) for k in QUEUE_CDF_KS]),
-        }
-
-    out = {"overall": block(cdf_rows, None)}
+def _durations(run: Distributions, queue: Distributions, types: list[str]) -> dict[str, Any]:
+    out = {"overall": {"run_time": _one_duration(run.overall, RUN_CDF_KS),
+                       "queue": _one_duration(queue.overall, QUEUE_CDF_KS)}}
     for wtype in types:
-        out[wtype] = block([r for r in cdf_rows if r["wtype"] == wtype], (wtype,))
+        out[wtype] = {"run_time": _one_duration(run.of_type(wtype), RUN_CDF_KS),
+                      "queue": _one_duration(queue.of_type(wtype), QUEUE_CDF_KS)}
     return out
 
 

@@ -28,16 +28,17 @@ TRACE_COLUMNS = ("job_id", "user", "node_num", "gpu_num", "cpu_num", "type", "st
 def synthetic_jobs(n: int, *, seed: int, start_ts: float, span_s: float,
                    cluster: str = "synth", users: int = 20) -> Iterator[dict[str, Any]]:
     """``n`` jobs submitted over ``[start_ts, start_ts + span_s)``, busiest in
-    the middle (a triangular submit-time density)."""
+    the middle (a triangular submit-time density), in submit order with
+    ascending job ids, as a real trace file is."""
     rng = random.Random(seed)
+    submits = sorted(float(int(start_ts + rng.triangular(0, span_s, span_s / 2))) for _ in range(n))
     gpu_values, gpu_weights = zip(*_GPU_MIX)
     state_values, state_weights = zip(*_STATES)
-    for i in range(n):
+    for i, submit in enumerate(submits):
         gpus = rng.choices(gpu_values, gpu_weights)[0]
         wtype = rng.choices(WORKLOAD_TYPES, _TYPE_WEIGHTS)[0]
         duration = float(int(rng.lognormvariate(5.0 + gpus.bit_length() * 0.3, 2.2)) % 1_500_000)
         queue = float(int(rng.expovariate(1 / 400) if rng.random() < 0.7 else 0))
-        submit = float(int(start_ts + rng.triangular(0, span_s, span_s / 2)))
         yield {
             "cluster": cluster,
             "job_id": str(i + 1),

@@ -8,9 +8,13 @@ Results come back as small lists of aggregate rows.
 
 Quantiles have ONE definition everywhere, *nearest rank*: for ``n`` values
 sorted ascending ``x_1 <= ... <= x_n`` the ``p``-th percentile is ``x_k`` with
-``k = ceil(p * n / 100)`` (``p`` a whole percent, so ``k >= 1``). SQL finds
-``x_k`` with ``ROW_NUMBER()`` over one sorted pass per metric: the same
-``x_k`` that Postgres's ``percentile_disc`` returns, but portable to SQLite.
+``k = ceil(p * n / 100)`` (``p`` a whole percent, so ``k >= 1``). Job run
+times, queue delays and GPU counts are discrete (whole seconds, whole GPUs),
+so the store returns their distribution as ``(value, count)`` groups and
+``x_k`` is read off the cumulative counts; continuous sample values use
+``ROW_NUMBER()`` over one sorted pass instead (:func:`grouped_quantiles`).
+Both give the ``x_k`` Postgres's ``percentile_disc`` would, without its
+floating-point ``p * n``, and both run on SQLite.
 """
 
 from __future__ import annotations
@@ -152,47 +156,32 @@ def release_jobs(conn: Connection) -> None:
 
 
 def job_groups(conn: Connection) -> list[dict[str, Any]]:
-    """Counts and sums per (type, GPU or CPU job, outcome): overview, workload,
-    states and the compare row are all sums of these few rows."""
+    """Counts and sums per (type, outcome, GPUs per job), in one grouped pass:
+    overview, workload, GPU demand, scale, states and the compare row are all
+    sums over these few hundred rows."""
     s = selected.c
-    is_gpu = case((s.gpus > 0, 1), else_=0).label("is_gpu")
     q = select(
-        s.wtype, is_gpu, s.outcome,
+        s.wtype, s.outcome, s.gpus,
         func.count().label("jobs"),
-        func.sum(s.gtime).label("gtime"),
+        func.coalesce(func.sum(s.gtime), 0.0).label("gtime"),
         func.sum(s.dur).label("dur_sum"),
         func.count(s.dur).label("dur_n"),
         func.max(s.dur).label("dur_max"),
         func.sum(s.que).label("que_sum"),
         func.count(s.que).label("que_n"),
-        func.sum(s.gpus).label("gpus_sum"),
-        func.max(s.gpus).label("gpus_max"),
-    ).group_by(s.wtype, is_gpu, s.outcome)
+    ).group_by(s.wtype, s.outcome, s.gpus)
     return [dict(r._mapping) for r in conn.execute(q)]
 
 
-def duration_cdf_counts(conn: Connection, run_ks: Sequence[int], queue_ks: Sequence[int]) -> list[dict[str, Any]]:
-    """Per type, for GPU jobs: how many run times and queue delays are
-    ``<= 2**k`` seconds, for every ``k`` (one pass)."""
+def value_histogram(conn: Connection, column: str) -> list[tuple[str, float, int]]:
+    """``(type, value, jobs)`` per distinct run time (``dur``) or queue delay
+    (``que``) of GPU jobs. One grouped pass; Slurm and AcmeTrace times are
+    whole seconds, so this is the distribution's support, never the job rows.
+    Percentiles and 2**k CDF points of every type and overall are read off it."""
     s = selected.c
-    cols: list[Any] = [s.wtype, func.count(s.dur).label("dur_n"), func.count(s.que).label("que_n")]
-    cols += [func.sum(case((s.dur <= float(2**k), 1), else_=0)).label(f"dur_le_{k}") for k in run_ks]
-    cols += [func.sum(case((s.que <= float(2**k), 1), else_=0)).label(f"que_le_{k}") for k in queue_ks]
-    q = select(*cols).where(s.gpus > 0).group_by(s.wtype)
-    return [dict(r._mapping) for r in conn.execute(q)]
-
-
-def gpu_histogram(conn: Connection) -> list[tuple[str, int, int, float]]:
-    """``(type, gpus, jobs, gpu_time)`` per distinct GPU count: GPU demand
-    quartiles and the GPU-time-weighted scale CDF both come from this."""
-    s = selected.c
-    q = (
-        select(s.wtype, s.gpus, func.count(), func.coalesce(func.sum(s.gtime), 0.0))
-        .where(s.gpus > 0)
-        .group_by(s.wtype, s.gpus)
-        .order_by(s.wtype, s.gpus)
-    )
-    return [(r[0], int(r[1]), int(r[2]), float(r[3])) for r in conn.execute(q)]
+    v = s[column]
+    q = select(s.wtype, v, func.count()).where(and_(s.gpus > 0, v.isnot(None))).group_by(s.wtype, v)
+    return [(r[0], float(r[1]), int(r[2])) for r in conn.execute(q)]
 
 
 def nearest_rank(p: int, n: int) -> int:
@@ -245,14 +234,6 @@ def grouped_quantiles(
             if overall and m["rn_a"] == nearest_rank(p, m["n_a"]):
                 out.setdefault(None, {})[p] = float(m["v"])
     return out
-
-
-def gpu_job_quantiles(conn: Connection, column: str, percents: Sequence[int]) -> dict[tuple | None, dict[int, float]]:
-    """Percentiles of ``dur`` or ``que`` of GPU jobs, per type and overall."""
-    s = selected.c
-    v = s[column]
-    source = select(s.wtype, v.label("v")).where(and_(s.gpus > 0, v.isnot(None)))
-    return grouped_quantiles(conn, source, percents)
 
 
 # -- telemetry -----------------------------------------------------------------
