@@ -1,4 +1,5 @@
-"""sacct ingest against a real SQLite store with Slurm faked at the client."""
+"""sacct ingest into a real store (SQLite and Postgres, via the shared ``store``
+fixture) with Slurm faked at the client."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from slurm_acme.config import AcmeConfig
 from slurm_acme.ingest.sacct import OVERLAP, ingest_sacct, job_row
 from slurm_acme.ingest.workload import classify, type_from_comment
 from slurm_acme.slurm import JobState, parse
-from slurm_acme.store import open_store
 from slurm_acme.store.schema.core import jobs
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "slurm" / "22.05" / "sacct.json"
@@ -29,13 +29,6 @@ class FakeSlurm:
     def sacct(self, start, end=None, job_ids=None, all_users=True):
         self.windows.append((start, end))
         return list(self.records)
-
-
-@pytest.fixture
-def store(tmp_path):
-    opened = open_store(f"sqlite:///{tmp_path / 'acme.db'}")
-    yield opened
-    opened.dispose()
 
 
 @pytest.fixture
