@@ -99,6 +99,9 @@ class Supervisor:
     poll_s: float = 0.5
     log: Callable[[str], None] = print
     ckpt_dir: str = ""
+    #: How long to wait for the requeue helper to end this job before exiting anyway.
+    requeue_wait_s: float = 120.0
+    detected_after_s: float | None = None
 
     # ------------------------------------------------------------ run
     def run(self) -> int:
@@ -265,6 +268,7 @@ class Supervisor:
             progress = max(launched_at, metrics.last_progress_ts or 0.0)
             if time.time() - progress > hang_timeout and not metrics.done:
                 self.log(f"hang: no new step for {hang_timeout:g}s (last step {metrics.last_step})")
+                self.detected_after_s = round(time.time() - progress, 2)
                 hung = True
                 _stop(proc)
                 break
@@ -310,6 +314,8 @@ class Supervisor:
             detail["rollback_before"] = decision.rollback_before
         if decision.add_skip:
             detail["add_skip"] = policy.merge_skips(decision.add_skip)
+        if self.detected_after_s is not None:
+            detail["hang_detected_after_s"] = self.detected_after_s
         run_store.end_attempt(self.store, run_id=ctx.run_id, attempt=ctx.attempt,
                               job_id=ctx.job_id, end_ts=now, outcome=decision.outcome,
                               exit_code=exit_code, excluded=exclude if decision.requeues else [],
@@ -327,7 +333,7 @@ class Supervisor:
         self.signals.requeue_pending = True
         self.spawn(ctx.job_id, exclude=all_excluded, mode="requeue",
                    log_path=str(Path(ctx.run_dir) / "requeue-helper.log"))
-        deadline = time.time() + 120
+        deadline = time.time() + self.requeue_wait_s
         while time.time() < deadline and not self.signals.term:
             time.sleep(self.poll_s)
         return decision.exit_code
