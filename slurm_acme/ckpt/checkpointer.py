@@ -203,6 +203,8 @@ class AsyncCheckpointer:
                     committed = True
                 except OSError as exc:
                     error = f"manifest commit failed: {exc}"
+        if gathered is not None and self.world_size > 1:
+            committed, error = self._share_outcome(committed, error)
         total = sum(r.bytes for r in records)
         result = PersistResult(step, error is None, committed, time.perf_counter() - t0, total,
                                error)
@@ -226,6 +228,18 @@ class AsyncCheckpointer:
             log.error("checkpoint commit barrier failed: %s", exc)
             return None
         return out
+
+    def _share_outcome(self, committed: bool, error: str | None) -> tuple[bool, str | None]:
+        """Rank 0 tells every rank whether it committed, so `wait()` on any rank returns
+        only after the manifest is (or is known not to be) on disk."""
+        import torch.distributed as dist
+
+        box = [(committed, error)]
+        try:
+            dist.broadcast_object_list(box, src=0, group=self._group)
+        except RuntimeError as exc:
+            return False, error or f"commit outcome not received from rank 0: {exc}"
+        return box[0][0], error or box[0][1]
 
     def _commit(self, step: int, step_path: Path, records: list[ShardRecord]) -> None:
         manifest = Manifest(step=step, format=self.format, world_size=self.world_size,
