@@ -11,7 +11,8 @@ torchelastic says so explicitly in its summary block::
       exitcode  : 1 (pid: 4242)
 
 :class:`RootCauseBlock` reads that block; :func:`select_root_cause` prefers
-its rank, then the earliest primary event, then the most specific rule among
+its rank, then the earliest event of the strongest kind (see
+:class:`~slurm_acme.diagnose.rules.Rule`), then the most specific rule among
 the lines printed right after it by the same rank (an NCCL error followed by
 "Last error: ... NVLink" is an NVLink error).
 """
@@ -32,6 +33,9 @@ _FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s*(
 BLOCK_LINES = 16
 #: How many lines after the earliest failure still count as the same incident.
 INCIDENT_WINDOW = 10
+#: A symptom (e.g. a SIGKILL) this many lines before the first echo (e.g. NCCL
+#: timeouts of the survivors) is taken as what the echoes answer to.
+ECHO_LOOKBACK = 500
 
 
 @dataclass
@@ -73,17 +77,37 @@ def _same_stream(a: FailureEvent, b: FailureEvent) -> bool:
     return a.rank is None or b.rank is None or a.rank == b.rank
 
 
+def _candidates(events: Sequence[FailureEvent], book: RuleBook) -> list[FailureEvent]:
+    """The events that may hold the cause: primaries; else echoes, unless a
+    symptom shortly before the first echo explains them; else symptoms."""
+    by_strength: dict[str, list[FailureEvent]] = {"primary": [], "echo": [], "secondary": []}
+    for event in events:
+        by_strength[book.rules[event.rule_index].strength].append(event)
+    if by_strength["primary"]:
+        return by_strength["primary"]
+    if by_strength["echo"]:
+        first_echo = min(e.seq for e in by_strength["echo"])
+        just_before = [e for e in by_strength["secondary"] if first_echo - ECHO_LOOKBACK <= e.seq <= first_echo]
+        return just_before or by_strength["echo"]
+    return by_strength["secondary"]
+
+
 def select_root_cause(
     events: Sequence[FailureEvent], book: RuleBook, block: RootCauseBlock | None
 ) -> tuple[FailureEvent, list[FailureEvent]] | None:
     """The root-cause event and the other events of its incident, or None."""
     if not events:
         return None
-    primary = [e for e in events if book.rules[e.rule_index].strength == "primary"]
-    pool = primary or list(events)
+    pool = _candidates(events, book)
     if block is not None and block.rank is not None:
         of_rank = [e for e in pool if e.rank == block.rank]
         pool = of_rank or pool
+    if all(book.rules[e.rule_index].strength == "secondary" for e in pool):
+        # Symptoms the run survived (routine fp16 overflows early on) are not
+        # the cause; the latest new symptom is the one closest to the death.
+        last = max(pool, key=lambda e: e.seq)
+        return last, sorted((e for e in pool if e is not last and e.seq >= last.seq - INCIDENT_WINDOW),
+                            key=lambda e: e.seq)
     first = min(pool, key=lambda e: e.seq)
     incident = [
         e for e in pool

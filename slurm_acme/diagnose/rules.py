@@ -26,7 +26,7 @@ import yaml
 from slurm_acme.diagnose.model import ACTIONS, ORIGINS
 from slurm_acme.errors import InputError
 
-STRENGTHS = ("primary", "secondary")
+STRENGTHS = ("primary", "echo", "secondary")
 RULE_KEYS = {"id", "pattern", "category", "origin", "action", "node", "strength", "confidence", "note"}
 #: Keywords the diagnoser itself needs to see (torchelastic's summary block).
 BUILTIN_KEYWORDS = ("Root Cause",)
@@ -46,8 +46,14 @@ def _digit_gate(pattern: str) -> str | None:
 
 @dataclass(frozen=True)
 class Rule:
-    """One failure signature. ``strength="secondary"`` rules only decide when
-    no primary rule fired anywhere (a bare SIGKILL, an fp16 overflow warning)."""
+    """One failure signature.
+
+    ``strength`` says how much a match proves. ``primary``: this is a cause.
+    ``echo``: what survivors report when a peer dies (NCCL timeouts, remote
+    errors, lost rendezvous); a cause only if no primary fired. ``secondary``:
+    a symptom or a bare signal (fp16 overflow, a SIGKILL); decides only when
+    nothing stronger fired, or just before the first echo.
+    """
 
     id: str
     pattern: str
@@ -98,7 +104,7 @@ def parse_rule(data: Any, source: str) -> Rule:
     strength = data.get("strength", "primary")
     if strength not in STRENGTHS:
         raise InputError(f"{source}: rule {rid!r}: strength {strength!r} is not one of {', '.join(STRENGTHS)}")
-    confidence = data.get("confidence", 0.95 if strength == "primary" else 0.6)
+    confidence = data.get("confidence", {"primary": 0.95, "echo": 0.85, "secondary": 0.6}[strength])
     try:
         return Rule(
             id=data["id"], pattern=data["pattern"], category=data["category"], origin=data["origin"],
@@ -117,20 +123,21 @@ class RuleFile:
     prefilter: tuple[str, ...] = ()
     node_patterns: tuple[str, ...] = ()
     disable: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
 
 
 def parse_rule_file(text: str, source: str) -> RuleFile:
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise InputError(f"{source}: malformed YAML: {str(exc).splitlines()[0]}") from None
     if data is None:
         return RuleFile(rules=())
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a mapping with a 'rules' list")
-    unknown = set(data) - {"version", "rules", "prefilter", "node_patterns", "disable"}
+    unknown = set(data) - {"version", "rules", "prefilter", "node_patterns", "disable", "ignore"}
     if unknown:
-        raise InputError(f"{source}: unknown field {sorted(unknown)[0]!r} (valid: version, rules, prefilter, node_patterns, disable)")
+        raise InputError(f"{source}: unknown field {sorted(unknown)[0]!r} (valid: version, rules, prefilter, node_patterns, disable, ignore)")
     rules = data.get("rules") or []
     if not isinstance(rules, list):
         raise InputError(f"{source}: 'rules' must be a list")
@@ -138,6 +145,14 @@ def parse_rule_file(text: str, source: str) -> RuleFile:
     for keyword in prefilter:
         if re.search(r"[0-9]", keyword) or not keyword:
             raise InputError(f"{source}: prefilter keyword {keyword!r} must be non-empty and digit-free")
+    ignore = tuple(str(p) for p in data.get("ignore") or ())
+    for pattern in ignore:
+        if re.search(r"[0-9]", pattern.replace("0-9", "")):
+            raise InputError(f"{source}: ignore pattern {pattern!r} must be digit-free (use [0-9])")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise InputError(f"{source}: ignore pattern {pattern!r}: bad regex: {exc}") from None
     node_patterns = tuple(str(p) for p in data.get("node_patterns") or ())
     for pattern in node_patterns:
         try:
@@ -147,6 +162,7 @@ def parse_rule_file(text: str, source: str) -> RuleFile:
     return RuleFile(
         rules=tuple(parse_rule(r, source) for r in rules), prefilter=prefilter,
         node_patterns=node_patterns, disable=tuple(str(d) for d in data.get("disable") or ()),
+        ignore=ignore,
     )
 
 
@@ -181,8 +197,11 @@ class RuleBook:
     rules: tuple[Rule, ...]
     prefilter: tuple[str, ...] = ()
     node_patterns: tuple[str, ...] = ()
+    #: Lines that are never evidence, whatever they mention (e.g. NCCL INFO chatter).
+    ignore: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     _prefilter_re: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    _ignore_re: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
     _node_res: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -193,6 +212,8 @@ class RuleBook:
         keywords = sorted(set(self.prefilter) | set(BUILTIN_KEYWORDS), key=len, reverse=True)
         object.__setattr__(self, "_prefilter_re", re.compile("|".join(re.escape(k) for k in keywords)))
         object.__setattr__(self, "_node_res", tuple(re.compile(p) for p in self.node_patterns))
+        ignore = "|".join(f"(?:{p})" for p in self.ignore)
+        object.__setattr__(self, "_ignore_re", re.compile(ignore) if ignore else None)
 
     # -- construction -------------------------------------------------
     @classmethod
@@ -202,16 +223,19 @@ class RuleBook:
         rules: list[Rule] = []
         prefilter: list[str] = []
         node_patterns: list[str] = []
+        ignore: list[str] = []
         for _source, rule_file in files:
             disabled = set(rule_file.disable)
             by_id = {r.id: r for r in rule_file.rules}
             rules = [by_id.pop(r.id, r) for r in rules if r.id not in disabled]
             rules = [r for r in rule_file.rules if r.id in by_id] + rules
             prefilter.extend(rule_file.prefilter)
+            ignore.extend(rule_file.ignore)
             node_patterns = list(rule_file.node_patterns) + node_patterns
         return cls(
             rules=tuple(rules), prefilter=tuple(dict.fromkeys(prefilter)),
-            node_patterns=tuple(dict.fromkeys(node_patterns)), sources=tuple(s for s, _ in files),
+            node_patterns=tuple(dict.fromkeys(node_patterns)), ignore=tuple(dict.fromkeys(ignore)),
+            sources=tuple(s for s, _ in files),
         )
 
     @classmethod
@@ -235,8 +259,13 @@ class RuleBook:
     def passes_prefilter(self, text: str) -> bool:
         return self._prefilter_re.search(text) is not None
 
+    def ignored(self, text: str) -> bool:
+        return self._ignore_re is not None and self._ignore_re.search(text) is not None
+
     def match(self, line: str) -> tuple[int, Rule] | None:
         """The first rule matching ``line`` (no prefilter), as (index, rule)."""
+        if self.ignored(line):
+            return None
         for index, rule in enumerate(self.rules):
             if rule.compiled.search(line):
                 return index, rule
@@ -244,7 +273,7 @@ class RuleBook:
 
     def verdict(self, key_text: str) -> KeyVerdict | None:
         """What the rules say about lines with this key; None: nothing can match."""
-        if not self._prefilter_re.search(key_text):
+        if not self._prefilter_re.search(key_text) or self.ignored(key_text):
             return None
         dynamic: list[int] = []
         for index, rule in enumerate(self.rules):
