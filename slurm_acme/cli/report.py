@@ -19,8 +19,8 @@ FORMATS = ("text", "json", "csv", "html")
 @click.option("--user", help="Only this user's jobs (others' need the admin group).")
 @click.option("--type", "wtype", help="Only this workload type: Eval, Pretrain, SFT, MLLM, Debug, Other.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False), help="Write the report here instead of stdout.")
-@click.option("--plots", type=click.Path(file_okay=False), help="Also write one PNG per figure here.")
+@click.option("--out", metavar="FILE", help="Write the report here instead of stdout.")
+@click.option("--plots", metavar="DIR", help="Also write one PNG per figure here.")
 @click.option("--compare", is_flag=True, help="Add Seren, Kalos, Philly, Helios and PAI beside this cluster.")
 @pass_app
 def report(app: AppContext, month: str | None, since: str | None, until: str | None,
