@@ -73,7 +73,7 @@ def test_csv_rows_cover_every_section(capsys, db: str) -> None:  # type: ignore[
     assert code == 0
     assert {r["section"] for r in rows} == set(SECTIONS)
     by_key = {(r["section"], r["key"]): r["value"] for r in rows}
-    json_code, json_out, _ = sacme_run(capsys, db, "--month", "2023-07", "--format", "json")
+    _json_code, json_out, _ = sacme_run(capsys, db, "--month", "2023-07", "--format", "json")
     data = json.loads(json_out)
     assert float(by_key[("durations", "overall.run_time.p90")]) == data["durations"]["overall"]["run_time"]["p90"]
     assert float(by_key[("durations", "SFT.queue.cdf.le_1024s.share")]) == data["durations"]["SFT"]["queue"]["cdf"][10]["share"]
@@ -82,7 +82,7 @@ def test_csv_rows_cover_every_section(capsys, db: str) -> None:  # type: ignore[
 
 def test_out_and_plots_write_files(capsys, db: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out_file, plots = tmp_path / "r.json", tmp_path / "plots" / "july"
-    code, out, err = sacme_run(capsys, db, "--month", "2023-07", "--format", "json",
+    code, out, _err = sacme_run(capsys, db, "--month", "2023-07", "--format", "json",
                                "--out", str(out_file), "--plots", str(plots))
     assert code == 0 and out == ""
     assert list(json.loads(out_file.read_text())) == list(SECTIONS)
