@@ -1,0 +1,177 @@
+"""The real prolog/epilog executables, run as slurmd runs them: a bare environment
+(no PATH), Slurm's variables, stdout/stderr discarded. They must always exit 0."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A copy of the hooks with a fake sbin/acme-collectd that records how it was started."""
+    for rel in ("prolog/acme-prolog", "epilog/acme-epilog"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, tmp_path / rel)
+    fake = tmp_path / "sbin" / "acme-collectd"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$ACME_CONF $*" >> {tmp_path}/started\n')
+    fake.chmod(0o755)
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "slurm.conf").write_text("")
+    (etc / "acme.toml").write_text(
+        f'[store]\nurl = "sqlite:///x.db"\n\n[telemetry]  # node side\n'
+        f'interval_s = 5\nspool_dir = "{tmp_path}/spool"   # local disk\n')
+    return tmp_path
+
+
+def slurm_env(tree: Path, **extra: str) -> dict[str, str]:
+    env = {"SLURM_JOB_ID": "4242", "SLURMD_NODENAME": "node7", "SLURM_JOB_USER": "alice",
+           "SLURM_CONF": str(tree / "etc" / "slurm.conf"), "SLURM_JOB_RESTART_COUNT": "0",
+           "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}
+    env.update(extra)
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def run_hook(tree: Path, kind: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    path = tree / ("prolog/acme-prolog" if kind == "prolog" else "epilog/acme-epilog")
+    return subprocess.run([str(path)], env=env, capture_output=True, text=True, timeout=10,
+                          cwd="/")
+
+
+def marks(tree: Path, node: str = "node7") -> dict[str, dict]:
+    folder = tree / "spool" / node / "marks"
+    return {p.name: json.loads(p.read_text()) for p in folder.iterdir() if p.is_file()}
+
+
+def wait_started(tree: Path) -> list[str]:
+    deadline = time.monotonic() + 5
+    while not (tree / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return (tree / "started").read_text().splitlines()
+
+
+def test_prolog_marks_start_with_gpus_user_and_time(tree):
+    before = time.time()
+    proc = run_hook(tree, "prolog", slurm_env(tree, SLURM_JOB_GPUS="0,1,2"))
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
+    mark = marks(tree)["4242.0.start"]
+    assert mark["v"] == 1 and mark["kind"] == "start" and mark["job_id"] == "4242"
+    assert mark["node"] == "node7" and mark["user"] == "alice" and mark["gpus"] == "0,1,2"
+    assert before - 1 <= mark["ts"] <= time.time() + 1
+
+
+def test_epilog_marks_end_with_exit_code(tree):
+    env = slurm_env(tree, SLURM_SCRIPT_CONTEXT="epilog_slurmd", SLURM_JOB_EXIT_CODE2="3:0",
+                    SLURM_JOB_GPUS="4")
+    assert run_hook(tree, "epilog", env).returncode == 0
+    mark = marks(tree)["4242.0.end"]
+    assert mark["kind"] == "end" and mark["exit_code"] == "3:0" and mark["gpus"] == "4"
+
+
+@pytest.mark.parametrize("var", ["CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "SLURM_STEP_GPUS"])
+def test_prolog_falls_back_to_other_gpu_variables(tree, var):
+    run_hook(tree, "prolog", slurm_env(tree, **{var: "3,5"}))
+    assert marks(tree)["4242.0.start"]["gpus"] == "3,5"
+
+
+def test_prolog_without_gpu_variables_says_unknown(tree):
+    run_hook(tree, "prolog", slurm_env(tree))
+    assert marks(tree)["4242.0.start"]["gpus"] is None
+
+
+def test_requeued_run_gets_its_own_mark(tree):
+    run_hook(tree, "prolog", slurm_env(tree))
+    run_hook(tree, "prolog", slurm_env(tree, SLURM_JOB_RESTART_COUNT="1"))
+    assert set(marks(tree)) == {"4242.0.start", "4242.1.start"}
+
+
+def test_hostile_values_cannot_break_the_json_or_the_path(tree):
+    env = slurm_env(tree, SLURM_JOB_USER='a"b\\c', SLURM_JOB_GPUS='0","x":"1',
+                    SLURM_JOB_ID="12/../../evil")
+    assert run_hook(tree, "prolog", env).returncode == 0
+    (name, mark), = marks(tree).items()
+    assert name == "12....evil.0.start" and mark["user"] == "abc"
+
+
+def test_prolog_starts_the_collector_detached_with_the_config(tree):
+    run_hook(tree, "prolog", slurm_env(tree))
+    started = wait_started(tree)
+    assert started == [f"{tree}/etc/acme.toml --node node7 --spool-dir {tree}/spool "
+                       f"--log-file {tree}/spool/node7/collectd.log"]
+
+
+def test_a_live_collector_is_not_started_again(tree):
+    node_dir = tree / "spool" / "node7"
+    node_dir.mkdir(parents=True)
+    sleeper = subprocess.Popen(["acme-collectd", "30"], executable="/bin/sleep")
+    try:
+        (node_dir / "collectd.pid").write_text(f"{sleeper.pid}\n")
+        run_hook(tree, "prolog", slurm_env(tree))
+        time.sleep(0.5)
+        assert not (tree / "started").exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_stale_pid_file_does_not_stop_a_restart(tree):
+    node_dir = tree / "spool" / "node7"
+    node_dir.mkdir(parents=True)
+    (node_dir / "collectd.pid").write_text("1\n")  # pid 1 is alive but is no collector
+    run_hook(tree, "prolog", slurm_env(tree))
+    assert len(wait_started(tree)) == 1
+
+
+def test_spool_dir_defaults_to_var_spool_when_no_config(tree, tmp_path):
+    (tree / "etc" / "acme.toml").unlink()
+    env = slurm_env(tree, ACME_CONF=str(tmp_path / "missing.toml"))
+    # /var/spool/acme may not be writable in a test sandbox; the hook still exits 0.
+    assert run_hook(tree, "prolog", env).returncode == 0
+
+
+def test_acme_conf_beats_the_file_beside_slurm_conf(tree, tmp_path):
+    other = tmp_path / "other.toml"
+    other.write_text(f'[telemetry]\nspool_dir = "{tmp_path}/other-spool"\n')
+    run_hook(tree, "prolog", slurm_env(tree, ACME_CONF=str(other)))
+    assert (tmp_path / "other-spool" / "node7" / "marks" / "4242.0.start").exists()
+
+
+@pytest.mark.parametrize("missing", ["SLURM_JOB_ID", "SLURMD_NODENAME"])
+def test_missing_slurm_variables_still_exit_zero(tree, missing):
+    env = slurm_env(tree)
+    del env[missing]
+    proc = run_hook(tree, "prolog", env)
+    assert proc.returncode == 0
+    assert not (tree / "spool" / "node7" / "marks").exists() or not marks(tree)
+
+
+def test_unwritable_spool_still_exits_zero(tree):
+    (tree / "spool").write_text("a file where the folder should be")
+    assert run_hook(tree, "prolog", slurm_env(tree)).returncode == 0
+    assert run_hook(tree, "epilog", slurm_env(tree, SLURM_SCRIPT_CONTEXT="epilog_slurmd")).returncode == 0
+
+
+def test_missing_collector_is_logged_and_exit_is_zero(tree):
+    (tree / "sbin" / "acme-collectd").unlink()
+    assert run_hook(tree, "prolog", slurm_env(tree)).returncode == 0
+    log = (tree / "spool" / "node7" / "hooks.log").read_text()
+    assert "acme-prolog[4242]" in log and "collector not started" in log
+
+
+def test_epilog_without_its_prolog_exits_zero(tree):
+    (tree / "prolog" / "acme-prolog").unlink()
+    assert run_hook(tree, "epilog", slurm_env(tree, SLURM_SCRIPT_CONTEXT="epilog_slurmd")).returncode == 0
+
+
+def test_hooks_are_posix_sh_without_syntax_errors():
+    for rel in ("prolog/acme-prolog", "epilog/acme-epilog", "sbin/acme-collectd"):
+        assert subprocess.run(["/bin/sh", "-n", str(REPO / rel)]).returncode == 0, rel
