@@ -9,6 +9,7 @@ the overlap and any re-run only refresh rows.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
@@ -26,6 +27,8 @@ from slurm_acme.store.schema.core import jobs
 OVERLAP = timedelta(minutes=15)
 #: How far back the very first ingest looks when no --since is given.
 FIRST_LOOKBACK = timedelta(days=30)
+#: sacct is asked one window at a time, so a month of a busy site is not one answer.
+WINDOW = timedelta(days=1)
 _CHUNK = 500
 
 
@@ -58,13 +61,12 @@ def ingest_sacct(store: Store, slurm: Slurm, *, cluster: str, rules: Sequence[Na
     ``cluster`` names the watermark and is the fallback cluster of a row
     whose accounting record carries none.
     """
+    say = progress or _quiet
     until = now or datetime.now(timezone.utc)
     start = since or _resume_point(store, cluster, until)
-    (progress or _quiet)(f"sacct {start.isoformat(timespec='seconds')} .. now")
-    found = slurm.sacct(start, end=until)
-    finished = [j for j in found if j.state.is_terminal()]
-    rows = [job_row(j, cluster, rules) for j in finished]
-    (progress or _quiet)(f"writing {len(rows)} finished jobs")
+    found = _fetch(slurm, start, until, say)
+    rows = [job_row(j, cluster, rules) for j in found.values() if j.state.is_terminal()]
+    say(f"writing {len(rows)} finished jobs")
     with store.engine.begin() as conn:
         known = _existing(conn, rows)
         for i in range(0, len(rows), _CHUNK):
@@ -77,6 +79,22 @@ def ingest_sacct(store: Store, slurm: Slurm, *, cluster: str, rules: Sequence[Na
 
 def _quiet(_: str) -> None:
     return None
+
+
+def _fetch(slurm: Slurm, start: datetime, until: datetime,
+           say: Callable[[str], None]) -> dict[tuple[str, str], SacctJob]:
+    """sacct one ``WINDOW`` at a time (bounded answers, visible progress).
+
+    A job active in several windows comes back from each; the last answer wins.
+    """
+    found: dict[tuple[str, str], SacctJob] = {}
+    windows = max(1, math.ceil((until - start) / WINDOW))
+    for i in range(windows):
+        lo = start + i * WINDOW
+        say(f"sacct window {i + 1}/{windows} from {lo.isoformat(timespec='seconds')}")
+        for job in slurm.sacct(lo, end=min(lo + WINDOW, until)):
+            found[(job.cluster, job.display_id)] = job
+    return found
 
 
 def _resume_point(store: Store, cluster: str, until: datetime) -> datetime:

@@ -87,16 +87,27 @@ def test_second_ingest_resumes_from_watermark_with_overlap(store, records):
     slurm = FakeSlurm(records)
     ingest_sacct(store, slurm, cluster="acme", rules=RULES, now=NOW)
     later = NOW + timedelta(hours=2)
+    slurm.windows.clear()
     ingest_sacct(store, slurm, cluster="acme", rules=RULES, now=later)
-    assert slurm.windows[1] == (NOW - OVERLAP, later)
+    assert slurm.windows == [(NOW - OVERLAP, later)]
+
+
+def test_long_spans_are_asked_one_day_at_a_time_and_merged(store, records):
+    slurm = FakeSlurm(records)
+    result = ingest_sacct(store, slurm, cluster="acme", rules=RULES,
+                          since=NOW - timedelta(days=2, hours=1), now=NOW)
+    assert len(slurm.windows) == 3 and slurm.windows[-1][1] == NOW
+    assert all(b - a <= timedelta(days=1) for a, b in slurm.windows)
+    assert result.finished == len(records) == count(store)
 
 
 def test_explicit_since_wins_over_watermark(store, records):
     slurm = FakeSlurm(records)
     ingest_sacct(store, slurm, cluster="acme", rules=RULES, now=NOW)
-    since = NOW - timedelta(days=3)
+    since = NOW - timedelta(hours=3)
+    slurm.windows.clear()
     ingest_sacct(store, slurm, cluster="acme", rules=RULES, since=since, now=NOW)
-    assert slurm.windows[1][0] == since
+    assert slurm.windows == [(since, NOW)]
 
 
 def test_a_late_state_change_updates_the_row(store, records):
