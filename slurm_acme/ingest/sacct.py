@@ -28,7 +28,7 @@ OVERLAP = timedelta(minutes=15)
 #: How far back the very first ingest looks when no --since is given.
 FIRST_LOOKBACK = timedelta(days=30)
 #: sacct is asked one window at a time, so a month of a busy site is not one answer.
-WINDOW = timedelta(days=1)
+WINDOW = timedelta(days=7)
 _CHUNK = 500
 
 

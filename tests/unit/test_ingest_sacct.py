@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from slurm_acme.config import AcmeConfig
-from slurm_acme.ingest.sacct import OVERLAP, ingest_sacct, job_row
+from slurm_acme.ingest.sacct import OVERLAP, WINDOW, ingest_sacct, job_row
 from slurm_acme.ingest.workload import classify, type_from_comment
 from slurm_acme.slurm import JobState, parse
 from slurm_acme.store.schema.core import jobs
@@ -92,12 +92,12 @@ def test_second_ingest_resumes_from_watermark_with_overlap(store, records):
     assert slurm.windows == [(NOW - OVERLAP, later)]
 
 
-def test_long_spans_are_asked_one_day_at_a_time_and_merged(store, records):
+def test_long_spans_are_asked_one_window_at_a_time_and_merged(store, records):
     slurm = FakeSlurm(records)
     result = ingest_sacct(store, slurm, cluster="acme", rules=RULES,
-                          since=NOW - timedelta(days=2, hours=1), now=NOW)
+                          since=NOW - 2 * WINDOW - timedelta(hours=1), now=NOW)
     assert len(slurm.windows) == 3 and slurm.windows[-1][1] == NOW
-    assert all(b - a <= timedelta(days=1) for a, b in slurm.windows)
+    assert all(b - a <= WINDOW for a, b in slurm.windows)
     assert result.finished == len(records) == count(store)
 
 
