@@ -21,16 +21,30 @@ class SevalGroup(click.Group):
     """A group whose unknown first word is the CKPT argument of ``run``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        first = next((a for a in args if not a.startswith("-")), None)
-        if args and first is not None and first not in self.commands and not _is_option_value(args, first):
-            args = ["run", *args]
+        position = _first_word(args)
+        if position is not None and args[position] not in self.commands:
+            args = [*args[:position], "run", *args[position:]]
         return super().parse_args(ctx, args)
 
 
-def _is_option_value(args: list[str], word: str) -> bool:
-    """``--db URL CKPT``: URL is the value of a group option, not a command."""
-    i = args.index(word)
-    return i > 0 and args[i - 1] in ("--db", "--config")
+_GROUP_OPTIONS_WITH_VALUE = ("--db", "--config")
+
+
+def _first_word(args: list[str]) -> int | None:
+    """Index of the first argument that is neither a group option nor its value."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in _GROUP_OPTIONS_WITH_VALUE:
+            i += 2
+            continue
+        if arg.startswith("-"):
+            if arg in ("-h", "--help"):
+                return None
+            i += 1
+            continue
+        return i
+    return None
 
 
 @click.group(cls=SevalGroup, context_settings={"help_option_names": ["-h", "--help"]})

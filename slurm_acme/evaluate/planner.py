@@ -140,7 +140,11 @@ def split_dataset(ds: Dataset, prior: Prior, cap_s: float, cpus_per_task: int = 
     most ``cap_s`` of scoring time (CPU seconds over the CPUs of a scoring task)."""
     heavy = ds.cpu_heavy != "no" or prior.cpu_s / cpus_per_task >= LONG_SCORING_RATIO * prior.gpu_s
     need = max(prior.gpu_s, prior.cpu_s / cpus_per_task)
-    count = max(1, min(ds.num_examples, math.ceil(need / cap_s - 1e-9))) if cap_s > 0 else 1
+    count = 1
+    if cap_s > 0 and need > cap_s:
+        per_example = need / ds.num_examples
+        most = max(1, math.floor(cap_s / per_example + 1e-9))  # examples that fit under the cap
+        count = min(ds.num_examples, math.ceil(ds.num_examples / most))
     shards = []
     for i in range(count):
         start = ds.num_examples * i // count

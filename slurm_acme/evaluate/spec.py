@@ -66,9 +66,10 @@ class RunSpec:
     def node_trials(self, node: int) -> list[TrialSpec]:
         return sorted((t for t in self.trials if t.node == node), key=lambda t: t.index)
 
-    @property
-    def local_copy(self) -> Path:
-        return Path(self.local_dir) / self.eval_id
+    def local_copy(self, node: int) -> Path:
+        """Node-local copy; the node name keeps emulated nodes sharing one host apart."""
+        name = self.nodes[node] if node < len(self.nodes) else f"node{node}"
+        return Path(self.local_dir) / self.eval_id / name
 
 
 def dataset_spec(ds: Dataset) -> DatasetSpec:

@@ -38,7 +38,8 @@ def _log(msg: str) -> None:
 def preload(spec: RunSpec, run_dir: Path, node: int) -> None:
     """Copy the checkpoint from (remote) storage to node-local memory, once per node."""
     began = time.time()
-    target = spec.local_copy
+    target = spec.local_copy(node)
+    target.parent.mkdir(parents=True, exist_ok=True)
     if not (target / COMPLETE_MARK).exists():
         tmp = target.with_name(f".{target.name}.{os.getpid()}")
         shutil.copytree(spec.checkpoint, tmp)
@@ -50,8 +51,8 @@ def preload(spec: RunSpec, run_dir: Path, node: int) -> None:
     _log(f"preloaded {spec.checkpoint} -> {target} in {time.time() - began:.2f}s")
 
 
-def model_path(spec: RunSpec) -> Path:
-    local = spec.local_copy
+def model_path(spec: RunSpec, node: int) -> Path:
+    local = spec.local_copy(node)
     if (local / COMPLETE_MARK).exists():
         return local
     _log(f"no node-local copy at {local}; loading from {spec.checkpoint}")
@@ -65,11 +66,12 @@ def trial(spec: RunSpec, run_dir: Path, node: int, index: int) -> None:
     if spec.backend != "builtin":
         from slurm_acme.evaluate.backends.external import run_external_trial
 
-        run_external_trial(spec, run_dir, t, model_path(spec))
+        run_external_trial(spec, run_dir, t, model_path(spec, node))
         return
     from slurm_acme.evaluate.backends.builtin import BuiltinModel, predict_shard
 
-    model = BuiltinModel(model_path(spec))
+    path = model_path(spec, node)
+    model = BuiltinModel(path)
     loaded = time.time()
     shards: dict[str, Any] = {}
     for shard in t.shards:
@@ -79,7 +81,8 @@ def trial(spec: RunSpec, run_dir: Path, node: int, index: int) -> None:
     _write_json(run_dir / "timing" / f"{t.trial_id}.json",
                 {"trial": t.trial_id, "node": node, "index": index, "host": os.uname().nodename,
                  "job_id": os.environ.get("SLURM_JOB_ID", ""), "started": began, "ended": time.time(),
-                 "load_s": loaded - began, "shards": shards})
+                 "load_s": loaded - began, "model_path": str(path),
+                 "node_local": path == spec.local_copy(node), "shards": shards})
     _log(f"trial {t.trial_id}: {len(t.shards)} shard(s) in {time.time() - began:.2f}s")
 
 
@@ -106,9 +109,14 @@ def score(spec: RunSpec, run_dir: Path, node: int, index: int) -> None:
 
 
 def cleanup(spec: RunSpec, run_dir: Path, node: int) -> None:
-    shutil.rmtree(spec.local_copy, ignore_errors=True)
+    target = spec.local_copy(node)
+    shutil.rmtree(target, ignore_errors=True)
+    try:
+        target.parent.rmdir()  # the eval's dir, once every node's copy is gone
+    except OSError:
+        pass
     _write_json(run_dir / "timing" / f"cleanup-{node}.json", {"node": node, "ended": time.time()})
-    _log(f"removed {spec.local_copy}")
+    _log(f"removed {target}")
 
 
 def aggregate(spec: RunSpec, run_dir: Path) -> None:

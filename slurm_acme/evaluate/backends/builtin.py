@@ -20,10 +20,14 @@ class BuiltinModel:
     """A loaded checkpoint plus the two inference modes the registry uses."""
 
     def __init__(self, checkpoint: str | Path) -> None:
+        import os
+
         import torch
 
         from slurm_acme.models.tiny_gpt import load_pretrained
 
+        # One thread per CPU Slurm gave us: more only thrash when trials share a node.
+        torch.set_num_threads(int(os.environ.get("SLURM_CPUS_PER_TASK") or 1))
         self.torch = torch
         self.model, self.tokenizer = load_pretrained(checkpoint)
         self.block = self.model.config.block_size
