@@ -25,6 +25,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 ACME_CLUSTER = REPO / "sbin" / "acme-cluster"
 DEFAULT_DIR = "/tmp/acme-test-cluster"
+#: The shape every integration test may rely on (the issue's 4 nodes x 8 GPUs).
+NODES, GPUS_PER_NODE = 4, 8
 #: Port bases tried, in order, for a new cluster folder (the default cluster uses 16800).
 PORT_BASES = (17800, 19800, 20800, 21800, 22800, 23800)
 
@@ -52,7 +54,8 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     env = {**os.environ, "ACME_CLUSTER_DIR": str(folder)}
     if "ACME_CLUSTER_PORT_BASE" not in env and not (folder / "cluster.json").exists():
         env["ACME_CLUSTER_PORT_BASE"] = str(_free_port_base())
-    proc = subprocess.run([sys.executable, str(ACME_CLUSTER), "up"], env=env,
+    proc = subprocess.run([sys.executable, str(ACME_CLUSTER), "up", "--nodes", str(NODES),
+                           "--gpus", str(GPUS_PER_NODE)], env=env,
                           capture_output=True, text=True, timeout=1800, check=False)
     if proc.returncode != 0:
         pytest.fail(f"sbin/acme-cluster up failed:\n{proc.stderr[-3000:]}", pytrace=False)
