@@ -338,9 +338,10 @@ def _wrap_plan(datasets: Sequence[Dataset], priors: Mapping[str, Prior], res: Re
 # ---------------------------------------------------------------------- plan
 
 def _lpt_plan(datasets: Sequence[Dataset], priors: Mapping[str, Prior], res: Resources,
-              cap_s: float, seed: int) -> list[Trial]:
+              cap_s: float, seed: int, merge_cap: float | None = None) -> list[Trial]:
     shards = [s for ds in datasets for s in split_dataset(ds, priors[ds.name], cap_s, res.cpus_per_score_task)]
-    groups = merge_small(shards, cap_s, small_s=cap_s / 2)
+    merge = cap_s if merge_cap is None else merge_cap
+    groups = merge_small(shards, merge, small_s=merge / 2)
     trials = [Trial(trial_id="", shards=tuple(g), gpu_s=res.trial_overhead_s + sum(s.gpu_s for s in g),
                     cpu_s=sum(s.cpu_s for s in g)) for g in groups]
     ordered = order_trials(trials, random.Random(seed))
@@ -349,7 +350,8 @@ def _lpt_plan(datasets: Sequence[Dataset], priors: Mapping[str, Prior], res: Res
 
 
 def plan_evaluation(datasets: Sequence[Dataset], priors: Mapping[str, Prior], res: Resources,
-                    *, seed: int = 0, granularities: Sequence[int] = GRANULARITIES) -> Plan:
+                    *, seed: int = 0, granularities: Sequence[int] = GRANULARITIES,
+                    splittable: bool = True) -> Plan:
     """The plan with the smallest predicted makespan among the candidates: longest-first
     list scheduling at each shard granularity, and wrap-around packing with light
     trials of 1, 1/2 and 1/3 of a slot."""
@@ -363,9 +365,13 @@ def plan_evaluation(datasets: Sequence[Dataset], priors: Mapping[str, Prior], re
     total = sum(priors[ds.name].gpu_s for ds in datasets)
     cap0 = total / res.gpu_slots
     candidates: list[tuple[str, int, float, list[Trial]]] = []
+    if not splittable:  # tools that take whole datasets only: merge, never split
+        granularities = ()
+        whole = math.inf
+        candidates.append(("lpt", 1, cap0, _lpt_plan(datasets, priors, res, whole, seed, merge_cap=cap0)))
     for g in granularities:
         candidates.append(("lpt", g, cap0 / g, _lpt_plan(datasets, priors, res, cap0 / g, seed)))
-    for parts in (1, 2, 3):
+    for parts in (1, 2, 3) if splittable else ():
         candidates.append(("wrap", parts, cap0, _wrap_plan(datasets, priors, res, cap0, cap0 / parts, seed)))
     best = min(candidates, key=lambda c: max(t.score_end_s for t in c[3]))
     method, g, cap, trials = best

@@ -60,7 +60,7 @@ def prepare(cfg: EvaluateConfig, checkpoint: str, datasets_spec: str, *, nodes: 
     res = Resources(nodes=len(nodes), gpus_per_node=gpn, cpu_slots=cfg.cpu_slots_per_node * len(nodes),
                     cpus_per_score_task=cfg.cpus_per_score_task, trial_overhead_s=cfg.trial_overhead_s,
                     preload_s=min(cfg.trial_overhead_s, 5.0), remote_load_s=cfg.trial_overhead_s * 3)
-    plan = plan_evaluation(datasets, priors, res, seed=seed)
+    plan = plan_evaluation(datasets, priors, res, seed=seed, splittable=backend == "builtin")
     eval_id = eval_id or new_eval_id(ckpt)
     run_dir = Path(cfg.work_dir).expanduser() / eval_id
     spec = build_spec(eval_id=eval_id, checkpoint=str(ckpt), local_dir=cfg.local_dir, backend=backend,

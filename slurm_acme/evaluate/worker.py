@@ -93,7 +93,11 @@ def score(spec: RunSpec, run_dir: Path, node: int, index: int) -> None:
     t = spec.trial(node, index)
     began = time.time()
     rows = []
-    for shard in t.shards:
+    if spec.backend != "builtin":
+        from slurm_acme.evaluate.backends.external import score_external_trial
+
+        rows = score_external_trial(spec, run_dir, t)
+    for shard in t.shards if spec.backend == "builtin" else ():
         ds = spec.datasets[shard.dataset]
         shard_began = time.monotonic()
         pred = run_dir / "pred" / t.trial_id / f"{shard.key}.jsonl"
