@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds srun gets to end its tasks after SIGTERM before it is killed.
 KILL_GRACE_S = 5.0
+#: Seconds a step may take to exit once its verdict is known (torch teardown
+#: is slow on a busy node); past that it is killed, the verdict stands.
+TEARDOWN_S = 30.0
 
 
 class PortPicker:
@@ -84,16 +87,21 @@ class SrunTransport:
         threading.Thread(target=_keep_tail, args=(proc.stderr, stderr_tail), daemon=True).start()
         lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
-        out, timed_out = self._watch(proc, lines, world=len(group) * self.shape.tasks_per_node)
-        if timed_out:
+        out, overdue = self._watch(proc, lines, world=len(group) * self.shape.tasks_per_node)
+        if overdue:
             self._kill(proc, out)
         else:
             proc.wait()
+        timed_out = overdue and out.result is None and not out.errors
         return self._verdict(group, out, timed_out, proc.returncode, stderr_tail,
                              time.monotonic() - started)
 
     def _watch(self, proc: subprocess.Popen, lines: queue.Queue, world: int) -> tuple[_StepOutput, bool]:
-        """Read events until stdout closes or a deadline passes; True if it timed out."""
+        """Read events until stdout closes or a deadline passes; True if it is overdue.
+
+        Deadlines: start-up plus timeout at launch; the timeout once every rank
+        is ready; the teardown allowance once the verdict is known.
+        """
         out = _StepOutput()
         deadline = time.monotonic() + self.shape.startup_s + self.shape.timeout_s
         while True:
@@ -113,8 +121,10 @@ class SrunTransport:
                     deadline = time.monotonic() + self.shape.timeout_s
             elif kind == "result":
                 out.result = event
+                deadline = time.monotonic() + TEARDOWN_S
             elif kind == "error":
                 out.errors.append(f"{event.get('node', '?')}: {event.get('error', '')}")
+                deadline = min(deadline, time.monotonic() + TEARDOWN_S)
 
     def _kill(self, proc: subprocess.Popen, out: _StepOutput) -> None:
         """End a step past its deadline: srun's session, then the step itself."""
@@ -140,7 +150,7 @@ class SrunTransport:
             return TestResult(group, False, TIMEOUT, None, duration)
         if out.errors:
             return TestResult(group, False, "; ".join(out.errors[:2])[:600], None, duration)
-        if returncode != 0 or out.result is None:
+        if out.result is None:  # rank 0's result comes after a barrier: all ranks finished
             last = stderr_tail[-1] if stderr_tail else "no output"
             return TestResult(group, False, f"srun exit {returncode}: {last}"[:600], None, duration)
         busbw = float(out.result.get("busbw_gbps") or 0.0)
