@@ -45,8 +45,10 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 #: Longest line kept verbatim; the rest of a longer line is cut.
 MAX_LINE_CHARS = 2000
-#: Key cache size (bytes of keys) before it is dropped and rebuilt.
-MAX_KEY_CACHE_BYTES = 16 << 20
+#: Key cache size (approximate bytes) before it is dropped and rebuilt.
+MAX_KEY_CACHE_BYTES = 4 << 20
+#: Approximate bytes a cache entry costs beyond its key.
+ENTRY_OVERHEAD = 120
 _NOISE_TID = -1
 _OVERFLOW_TID = -2
 
@@ -143,7 +145,7 @@ class LogCompressor:
         if self._key_bytes > MAX_KEY_CACHE_BYTES:
             self._key_tid.clear()
             self._key_bytes = 0
-        self._key_bytes += len(key)
+        self._key_bytes += len(key) + ENTRY_OVERHEAD
         text = decode(key[: MAX_LINE_CHARS * 4])
         if self._noise_re.search(text):
             self._key_tid[key] = _NOISE_TID

@@ -15,7 +15,7 @@ from pathlib import Path
 from slurm_acme.diagnose.lines import DIGITS_TO_ZERO
 from slurm_acme.errors import InputError
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 2 << 20
 MAX_LINE_BYTES = 64 << 10
 
 

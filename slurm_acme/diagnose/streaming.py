@@ -21,8 +21,9 @@ from slurm_acme.diagnose.rules import KeyVerdict, RuleBook
 
 #: At most this many failure events are kept (the earliest ones win anyway).
 MAX_EVENTS = 5_000
-#: Bytes of keys remembered as "cannot match" before that cache is rebuilt.
-MAX_CACHE_BYTES = 32 << 20
+#: Approximate bytes of key caches ("cannot match", verdicts) before they are rebuilt.
+MAX_CACHE_BYTES = 4 << 20
+_ENTRY_OVERHEAD = 120
 #: Evidence lines returned with a diagnosis.
 MAX_EVIDENCE = 6
 _LINE_CAP = 8_000
@@ -99,7 +100,7 @@ class StreamingDiagnoser:
             if verdict is None and HEADER in text:
                 verdict = KeyVerdict(static=None, dynamic=())
             self._verdicts[key] = verdict  # type: ignore[assignment]
-            self._cache_bytes += len(key)
+            self._cache_bytes += len(key) + _ENTRY_OVERHEAD
         return verdict
 
     def _remember_boring(self, key: bytes) -> None:
@@ -108,7 +109,7 @@ class StreamingDiagnoser:
             self._verdicts.clear()
             self._cache_bytes = 0
         self._boring.add(key)
-        self._cache_bytes += len(key)
+        self._cache_bytes += len(key) + _ENTRY_OVERHEAD
 
     def _scan(
         self,
