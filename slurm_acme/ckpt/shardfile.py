@@ -5,7 +5,7 @@
 The header holds the state skeleton (see :mod:`tree`) and each tensor's dtype,
 shape, offset and size in the data section. Writing is one sequential stream
 from the host arena (no serialisation on the persist path); reading is one
-read plus zero-copy tensor views.
+read plus one copy per tensor.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def parse_header(raw: bytes | bytearray, path: Path) -> tuple[dict, int]:
 @dataclass(frozen=True)
 class LoadedShard:
     skeleton: Any
-    tensors: list  # list[torch.Tensor], views into the file's bytes
+    tensors: list  # list[torch.Tensor]
 
 
 def read_shard(path: Path, expect_bytes: int | None = None,
@@ -76,5 +76,7 @@ def read_shard(path: Path, expect_bytes: int | None = None,
             tensors.append(torch.empty(slot["shape"], dtype=dtype))
             continue
         chunk = data[slot["offset"]:slot["offset"] + slot["nbytes"]]
-        tensors.append(chunk.view(dtype).view(slot["shape"]))
+        # Own the memory: a view into the file's bytearray crashes some consumers
+        # (torch.set_rng_state segfaults on it).
+        tensors.append(chunk.view(dtype).view(slot["shape"]).clone())
     return LoadedShard(skeleton=header["skeleton"], tensors=tensors)

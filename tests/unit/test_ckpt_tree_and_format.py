@@ -94,3 +94,17 @@ def test_read_shard_rejects_wrong_checksum_and_size(tmp_path: Path) -> None:
         read_shard(path, expect_checksum="crc32:00000000")
     with pytest.raises(CorruptShard, match="bytes"):
         read_shard(path, expect_bytes=1)
+
+
+def test_loaded_rng_state_can_be_restored_and_replays_the_stream(tmp_path: Path) -> None:
+    """Regression: tensors that were views into the file buffer crashed set_rng_state."""
+    skeleton, tensors = flatten({"rng": torch.get_rng_state()})
+    arena = HostArena()
+    slots = arena.snapshot(tensors)
+    path = tmp_path / "rng.acme"
+    path.write_bytes(encode_header(skeleton, [s.as_json() for s in slots], arena.size)
+                     + bytes(arena.data()))
+    expected = torch.rand(3)
+    shard = read_shard(path)
+    torch.set_rng_state(unflatten(shard.skeleton, shard.tensors)["rng"])
+    assert torch.equal(torch.rand(3), expected)
