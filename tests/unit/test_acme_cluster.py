@@ -45,3 +45,43 @@ def test_single_node_without_gpus_has_no_ranges(tmp_path):
     conf = print_config("--dir", str(tmp_path), "--nodes", "1", "--gpus", "0", "--port-base", "21000")
     assert conf["NodeName"].startswith("node1 ") and "Port=21101 " in conf["NodeName"]
     assert "Gres" not in conf["NodeName"]
+
+
+def load_script():  # type: ignore[no-untyped-def]
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("acme_cluster", str(SCRIPT))
+    spec = importlib.util.spec_from_loader("acme_cluster", loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["acme_cluster"] = module  # dataclasses look their module up
+    loader.exec_module(module)
+    return module
+
+
+def test_a_process_is_ours_only_if_it_names_our_folder(tmp_path):
+    script = load_script()
+    ours = tmp_path / "c"
+    sibling = tmp_path / "c2"  # shares a prefix with ours
+    proc = subprocess.Popen(["sleep", "30"], env={"SLURM_CONF": f"{ours}/etc/slurm.conf"})
+    other = subprocess.Popen(["sleep", "30"], env={"SLURM_CONF": f"{sibling}/etc/slurm.conf"})
+    try:
+        assert script.alive(proc.pid, "sleep", ours)
+        assert not script.alive(proc.pid, "sleep", tmp_path / "other")
+        assert not script.alive(proc.pid, "sleep", tmp_path / "c" / "etc" / "x")
+        assert not script.alive(proc.pid, "sleep", Path(str(ours)[:-1] + "d"))
+        assert not script.alive(proc.pid, "slurmd", ours)
+        assert not script.alive(other.pid, "sleep", ours)
+    finally:
+        for p in (proc, other):
+            p.kill()
+            p.wait()
+    assert not script.alive(proc.pid, "sleep", ours)
+
+
+def test_gres_conf_points_at_one_file_per_gpu(tmp_path):
+    script = load_script()
+    spec = script.Spec(dir=tmp_path, nodes=2, gpus=8, cpus=4, memory_mb=1000, port_base=30000,
+                       name="t")
+    assert script.gres_conf(spec).splitlines()[1] == (
+        f"NodeName=node[1-2] Name=gpu File={tmp_path}/gpu/nvidia[0-7]")
