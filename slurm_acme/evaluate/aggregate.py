@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from slurm_acme.evaluate.spec import RunSpec
-from slurm_acme.store import open_store
 from slurm_acme.store import evaluate as store_eval
+from slurm_acme.store import open_store
 
 
 @dataclass

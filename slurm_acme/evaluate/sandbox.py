@@ -99,13 +99,20 @@ class SandboxResult:
         return self.status == "passed"
 
 
+def _load_libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+#: Loaded in the parent so the child (between fork and exec) only makes a plain call.
+_LIBC = _load_libc()
+
+
 def _libc_unshare_net() -> bool:
     """Enter a new, empty network namespace (only loopback, and it is down)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return libc.unshare(CLONE_NEWNET) == 0
-    except OSError:
-        return False
+    return _LIBC is not None and _LIBC.unshare(CLONE_NEWNET) == 0
 
 
 def _drop_to_nobody() -> None:
@@ -148,7 +155,10 @@ def sandbox_interpreter() -> tuple[str, bool]:
     return sys.executable, False
 
 
-def run_program(source: str, limits: Limits = Limits()) -> SandboxResult:
+DEFAULT_LIMITS = Limits()
+
+
+def run_program(source: str, limits: Limits = DEFAULT_LIMITS) -> SandboxResult:
     """Run ``source`` as ``__main__`` in the sandbox; exit 0 within the limits is a pass."""
     workdir = Path(tempfile.mkdtemp(prefix="acme-sandbox-"))
     try:
@@ -168,7 +178,10 @@ def run_program(source: str, limits: Limits = Limits()) -> SandboxResult:
         started = time.monotonic()
         proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                preexec_fn=lambda: _child_setup(limits, drop), close_fds=True)
+                                close_fds=True,
+                                # Only syscalls run between fork and exec (no Python locks taken):
+                                # unshare(2), setrlimit(2), setsid(2), set*id(2).
+                                preexec_fn=lambda: _child_setup(limits, drop))  # noqa: PLW1509
         try:
             _, err = proc.communicate(timeout=limits.timeout_s)
             status = None

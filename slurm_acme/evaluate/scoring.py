@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_acme.evaluate.sandbox import Limits, code_program, run_program
+from slurm_acme.evaluate.sandbox import DEFAULT_LIMITS, Limits, code_program, run_program
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ def exact_match(prediction: str, answer: str) -> bool:
 
 
 def score_records(dataset: str, kind: str, records: list[dict[str, Any]], *, workers: int = 1,
-                  limits: Limits = Limits()) -> ShardScore:
+                  limits: Limits = DEFAULT_LIMITS) -> ShardScore:
     """``kind`` is ``code``, ``ppl`` or ``gen``; records are the backend's prediction rows."""
     if kind == "code":
         def one(rec: dict[str, Any]) -> bool:

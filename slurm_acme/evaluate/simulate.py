@@ -172,7 +172,7 @@ def simulate_coordinator(plan: Plan, work: dict[str, Work], cfg: SimConfig) -> O
     preload = cfg.remote_load_alone_s
     busy = load_total = 0.0
     trial_end: list[tuple[float, float]] = []  # (GPU end, scoring wall seconds)
-    for (node, gpu), trials in plan.slot_trials().items():
+    for trials in plan.slot_trials().values():
         clock = preload
         for trial in trials:
             load = cfg.pcie_load_s + cfg.engine_start_s

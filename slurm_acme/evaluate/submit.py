@@ -147,7 +147,7 @@ def execute(plan: JobPlan, slurm) -> dict[str, str]:  # type: ignore[no-untyped-
             if job.after:
                 options.append("--dependency=" + ",".join(f"{kind}:{ids[key]}" for kind, key in job.after))
             ids[job.key] = slurm.sbatch(options, job.script)
-    except Exception as exc:
+    except AcmeError as exc:  # the door's SlurmError and friends
         if ids:
             slurm.scancel(list(ids.values()))
         raise SubmitFailed(f"submitting {job.key} failed, cancelled {len(ids)} submitted job(s): {exc}") from None

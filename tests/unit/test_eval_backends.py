@@ -8,7 +8,12 @@ import pytest
 
 from slurm_acme.errors import InputError
 from slurm_acme.evaluate.backends.external import (
-    lm_eval_argv, opencompass_argv, opencompass_config, read_lm_eval_results, read_opencompass_results)
+    lm_eval_argv,
+    opencompass_argv,
+    opencompass_config,
+    read_lm_eval_results,
+    read_opencompass_results,
+)
 from slurm_acme.evaluate.scoring import exact_match, score_records
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -39,7 +41,7 @@ def test_every_example_is_covered_exactly_once(work):
     for ds in datasets:
         ranges = sorted((s.start, s.stop) for s in plan.shards if s.dataset == ds.name)
         assert ranges[0][0] == 0 and ranges[-1][1] == ds.num_examples
-        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
         assert all(start < stop for start, stop in ranges)
         counts = {s.count for s in plan.shards if s.dataset == ds.name}
         assert counts == {len(ranges)}
@@ -65,7 +67,7 @@ def test_no_slot_is_over_the_list_scheduling_bound(work):
     bound = res.preload_s + trial_total / res.gpu_slots + biggest
     for trials in plan.slot_trials().values():
         assert trials[-1].end_s <= bound * (1 + 1e-9)
-        for a, b in zip(trials, trials[1:]):  # a slot runs one trial at a time
+        for a, b in itertools.pairwise(trials):  # a slot runs one trial at a time
             assert b.start_s >= a.end_s - 1e-9
     assert plan.predicted_makespan_s >= plan.lower_bound_s - 1e-6
 

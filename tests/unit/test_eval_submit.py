@@ -10,6 +10,7 @@ from slurm_acme.config import EvaluateConfig
 from slurm_acme.evaluate import service
 from slurm_acme.evaluate.container import job_container_type, mode_for
 from slurm_acme.evaluate.submit import SubmitFailed, execute
+from slurm_acme.slurm.errors import SlurmError
 
 
 @pytest.fixture
@@ -91,7 +92,7 @@ class FakeDoor:
 
     def sbatch(self, options, script):  # type: ignore[no-untyped-def]
         if self.refuse and any(self.refuse in o for o in options):
-            raise RuntimeError("sbatch: error: Batch job submission failed")
+            raise SlurmError(["sbatch"], 1, "sbatch: error: Batch job submission failed")
         self.calls.append(list(options))
         return str(100 + len(self.calls))
 
