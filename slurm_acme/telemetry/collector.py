@@ -151,6 +151,8 @@ class Collector:
             try:
                 mark = markfiles.read_mark(path)
             except (markfiles.BadMark, OSError) as exc:
+                if markfiles.age(path, time.time()) < markfiles.GRACE_S:
+                    continue  # possibly still being written by its hook
                 self.say_once(f"badmark:{path.name}", "%s: bad mark %s set aside: %s",
                               self.settings.node, path.name, exc)
                 try:

@@ -1,9 +1,10 @@
 """The prolog/epilog mark files: the only thing the hooks write.
 
 ``<spool>/<node>/marks/<job>.<restart>.start`` and ``... .end``, one JSON object
-each (``"v": 1``). The hooks write them atomically (temp file + rename), so a
-mark that exists is complete; one that does not parse is moved aside to
-``marks/bad/`` and reported, never retried forever.
+each (``"v": 1``). The mark's time is its file's mtime (the hooks avoid forking
+``date``); a ``ts`` field, when present, wins. The hooks write a mark with one
+``write(2)``, so a mark that does not parse yet is waited for a few seconds and
+then moved aside to ``marks/bad/`` and reported, never retried forever.
 """
 
 from __future__ import annotations
@@ -64,7 +65,11 @@ def exit_code_of(raw: Any) -> int | None:
         return None
 
 
-def parse_mark(text: str, kind: str) -> Mark:
+#: How long a mark that does not parse may still be in the middle of being written.
+GRACE_S = 10.0
+
+
+def parse_mark(text: str, kind: str, mtime: float | None = None) -> Mark:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -74,7 +79,8 @@ def parse_mark(text: str, kind: str) -> Mark:
     try:
         indices, uuids = parse_gpu_list(data.get("gpus"))
         return Mark(kind=kind, job_id=str(data["job_id"]), node=str(data["node"]),
-                    ts=float(data["ts"]), user=data.get("user") or None,
+                    ts=float(data["ts"] if data.get("ts") is not None else mtime),  # type: ignore[arg-type]
+                    user=data.get("user") or None,
                     gpu_indices=indices, gpu_uuids=uuids,
                     exit_code=exit_code_of(data.get("exit_code")),
                     restart=int(data.get("restart") or 0))
@@ -83,17 +89,32 @@ def parse_mark(text: str, kind: str) -> Mark:
 
 
 def pending_marks(folder: Path) -> list[Path]:
-    """Mark files waiting, starts before ends, each kind in time order."""
+    """Mark files waiting: a requeued job's earlier run first, starts before ends."""
     try:
         entries = [e for e in os.scandir(folder) if e.is_file() and e.name.rsplit(".", 1)[-1] in KINDS]
     except FileNotFoundError:
         return []
-    entries.sort(key=lambda e: (KINDS.index(e.name.rsplit(".", 1)[-1]), e.stat().st_mtime, e.name))
+    entries.sort(key=lambda e: (_restart(e.name), KINDS.index(e.name.rsplit(".", 1)[-1]),
+                                e.stat().st_mtime, e.name))
     return [Path(e.path) for e in entries]
 
 
+def _restart(name: str) -> int:
+    parts = name.split(".")
+    return int(parts[-2]) if len(parts) >= 3 and parts[-2].isdigit() else 0
+
+
 def read_mark(path: Path) -> Mark:
-    return parse_mark(path.read_text(encoding="utf-8", errors="replace"), path.name.rsplit(".", 1)[-1])
+    mtime = path.stat().st_mtime
+    return parse_mark(path.read_text(encoding="utf-8", errors="replace"),
+                      path.name.rsplit(".", 1)[-1], mtime)
+
+
+def age(path: Path, now: float) -> float:
+    try:
+        return now - path.stat().st_mtime
+    except OSError:
+        return float("inf")
 
 
 def set_aside(path: Path) -> Path:

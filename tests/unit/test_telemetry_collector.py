@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -216,6 +218,30 @@ def test_shares_of_two_nodes_combine_into_one_summary(tmp_path, store):
     assert "nodes_still_running" not in summary["flags"]
 
 
+def test_mark_time_defaults_to_the_file_mtime(tmp_path, store):
+    clock = Clock()
+    c = make_collector(settings(tmp_path, store.url), clock, store)
+    c.settings.marks_dir.mkdir(parents=True, exist_ok=True)
+    mark = c.settings.marks_dir / "5.0.start"
+    mark.write_text('{"v":1,"kind":"start","job_id":"5","node":"n1","user":"a","gpus":"0","restart":0}')
+    os.utime(mark, (T0 - 30, T0 - 30))
+    c.process_marks()
+    assert tstore.open_jobs(c.spool, "acme", "n1")[0]["start_ts"] == T0 - 30
+
+
+def test_requeued_run_end_is_applied_before_the_next_start(tmp_path, store):
+    clock = Clock()
+    c = make_collector(settings(tmp_path, store.url), clock, store)
+    write_mark(c.settings, "6", "start", T0)
+    c.process_marks()
+    (c.settings.marks_dir / "6.1.start").write_text(json.dumps(
+        {"v": 1, "job_id": "6", "node": "n1", "ts": T0 + 20, "gpus": "0", "restart": 1}))
+    write_mark(c.settings, "6", "end", T0 + 10)  # the first run's end, seen late
+    c.process_marks()
+    (job,) = tstore.open_jobs(c.spool, "acme", "n1")
+    assert job["start_ts"] == T0 + 20 and job["end_ts"] is None
+
+
 def test_mark_without_gpu_list_asks_the_resolver(tmp_path, store):
     clock = Clock()
     asked = []
@@ -243,9 +269,13 @@ def test_bad_mark_is_set_aside_and_others_proceed(tmp_path, store):
     clock = Clock()
     c = make_collector(settings(tmp_path, store.url), clock, store)
     c.settings.marks_dir.mkdir(parents=True, exist_ok=True)
-    (c.settings.marks_dir / "99.0.start").write_text("{not json")
+    bad = c.settings.marks_dir / "99.0.start"
+    bad.write_text("{not json")
     write_mark(c.settings, "98", "start", clock.now)
     assert c.process_marks() == 1
+    assert bad.exists()  # maybe still being written: waited for
+    os.utime(bad, (time.time() - 60, time.time() - 60))
+    assert c.process_marks() == 0
     assert (c.settings.marks_dir / "bad" / "99.0.start").exists()
     assert [j["job_id"] for j in tstore.open_jobs(c.spool, "acme", "n1")] == ["98"]
 
