@@ -19,6 +19,8 @@ from slurm_acme.report.model import WORKLOAD_TYPES
 _GPU_MIX = ((0, 35), (1, 30), (2, 6), (4, 6), (8, 12), (16, 4), (32, 3),
             (64, 1.5), (128, 1), (256, 0.8), (512, 0.4), (1024, 0.3))
 _TYPE_WEIGHTS = (40, 5, 15, 8, 25, 7)  # Eval, Pretrain, SFT, MLLM, Debug, Other
+#: How much bigger than the base mix each type tends to be (Pretrain is wide).
+_TYPE_SCALE = {"Eval": 1, "Pretrain": 16, "SFT": 4, "MLLM": 4, "Debug": 1, "Other": 1}
 _STATES = (("COMPLETED", 55), ("CANCELLED", 10), ("CANCELLED by 1000", 2), ("FAILED", 25),
            ("TIMEOUT", 3), ("NODE_FAIL", 2), ("OUT_OF_MEMORY", 2), ("PREEMPTED", 1))
 TRACE_COLUMNS = ("job_id", "user", "node_num", "gpu_num", "cpu_num", "type", "state",
@@ -35,8 +37,8 @@ def synthetic_jobs(n: int, *, seed: int, start_ts: float, span_s: float,
     gpu_values, gpu_weights = zip(*_GPU_MIX)
     state_values, state_weights = zip(*_STATES)
     for i, submit in enumerate(submits):
-        gpus = rng.choices(gpu_values, gpu_weights)[0]
         wtype = rng.choices(WORKLOAD_TYPES, _TYPE_WEIGHTS)[0]
+        gpus = min(1024, rng.choices(gpu_values, gpu_weights)[0] * _TYPE_SCALE[wtype])
         duration = float(int(rng.lognormvariate(5.0 + gpus.bit_length() * 0.3, 2.2)) % 1_500_000)
         queue = float(int(rng.expovariate(1 / 400) if rng.random() < 0.7 else 0))
         yield {
