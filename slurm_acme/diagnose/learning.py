@@ -46,6 +46,13 @@ def _matches(pattern: re.Pattern[str], text: str) -> str | None:
     return next((line for line in text.splitlines() if pattern.search(line)), None)
 
 
+def _literal_keyword(regex: str, line: str) -> str | None:
+    """The longest digit-free literal run of ``regex`` found in ``line`` (>= 4 chars)."""
+    pieces = re.split(r"\\.|[.^$*+?{}\[\]|()]", regex)
+    found = [p for p in pieces if len(p) >= 4 and not re.search(r"[0-9]", p) and p in line]
+    return max(found, key=len) if found else None
+
+
 def validate_proposal(
     proposal: Proposal, *, case_text: str, corpus: Sequence[LabelledCase], rulebook: RuleBook
 ) -> Verdict:
@@ -65,8 +72,12 @@ def validate_proposal(
     line = _matches(compiled, case_text)
     if line is None:
         return Verdict(None, "regex does not match the failure it was proposed for")
+    keywords: tuple[str, ...] = ()
     if not rulebook.passes_prefilter(line):
-        return Verdict(None, "the matched line has no prefilter keyword, so the engine would never test it")
+        keyword = _literal_keyword(proposal.regex, line)
+        if keyword is None:
+            return Verdict(None, "the matched line has no prefilter keyword and the regex no literal to add")
+        keywords = (keyword,)
     for case in corpus:
         if _matches(compiled, case.text) and (case.category, case.origin) != (proposal.category, proposal.origin):
             return Verdict(None, f"regex would mislabel corpus case {case.id} ({case.category}) as {proposal.category}")
@@ -74,6 +85,6 @@ def validate_proposal(
     rule = Rule(
         id=f"learned-{proposal.category}-{digest}", pattern=proposal.regex, category=proposal.category,
         origin=proposal.origin, action=proposal.action, confidence=min(0.9, max(0.1, proposal.confidence)),
-        note="learned from the LLM agent",
+        note="learned from the LLM agent", keywords=keywords,
     )
     return Verdict(rule, "matches its case and mislabels no labelled case")

@@ -26,14 +26,23 @@ if TYPE_CHECKING:
     from slurm_acme.diagnose.streaming import StreamingDiagnoser
 
 #: Cosine similarity below which retrieval says "unknown".
-DEFAULT_THRESHOLD = 0.25
+DEFAULT_THRESHOLD = 0.3
 #: Neighbours that vote.
 NEIGHBOURS = 3
+#: A neighbour must share at least this many distinct words with the query
+#: (one shared rare word is a coincidence, not a resemblance).
+MIN_SHARED_TERMS = 2
 #: Compressed lines (from the end) that form the query.
 QUERY_LINES = 60
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+")
+#: Words every traceback or sentence has; they make unrelated logs look alike.
+STOPWORDS = frozenset("""
+a an and are as at be by for from has have in is it of on or that the this to was with not no
+file line in module most recent call last traceback py python home usr lib local site packages
+dist opt conda envs anaconda miniconda bin self return def main train run self none true false
+""".split())
 _DEFAULT_ACTION = {"infrastructure": "requeue", "framework": "stop", "script": "stop"}
 
 
@@ -42,10 +51,12 @@ def tokens(text: str) -> list[str]:
     out: list[str] = []
     for word in _WORD.findall(text):
         word = re.sub(r"[0-9]+", "0", word)
+        if word.lower() in STOPWORDS:
+            continue
         out.append(word.lower())
         parts = _CAMEL.findall(word)
         if len(parts) > 1:
-            out.extend(p.lower() for p in parts if len(p) > 1)
+            out.extend(p.lower() for p in parts if len(p) > 1 and p.lower() not in STOPWORDS)
     return out
 
 
@@ -79,14 +90,21 @@ class CaseIndex:
             return np.zeros(0, dtype=np.float32)
         return self.matrix @ self._vector(Counter(tokens(text)))
 
-    def nearest(self, text: str, k: int = NEIGHBOURS, *, exclude: Iterable[str] = ()) -> list[tuple[LabelledCase, float]]:
+    def nearest(
+        self, text: str, k: int = NEIGHBOURS, *, exclude: Iterable[str] = (), min_shared: int = 0
+    ) -> list[tuple[LabelledCase, float]]:
         """The ``k`` most similar cases (skipping ids in ``exclude``), best first."""
-        sims = self.similarities(text)
+        if not self.cases:
+            return []
+        query = self._vector(Counter(tokens(text)))
+        sims = self.matrix @ query
         skip = set(exclude)
         order = np.argsort(-sims, kind="stable")
         out: list[tuple[LabelledCase, float]] = []
         for row in order:
             if self.cases[row].id in skip:
+                continue
+            if min_shared and np.count_nonzero(self.matrix[row] * query) < min_shared:
                 continue
             out.append((self.cases[row], float(sims[row])))
             if len(out) >= k:
@@ -102,7 +120,7 @@ class CaseIndex:
         rulebook: RuleBook | None = None,
     ) -> Diagnosis:
         """Similarity-weighted vote of the nearest cases; ``unknown`` below threshold."""
-        neighbours = self.nearest(text, NEIGHBOURS, exclude=exclude)
+        neighbours = self.nearest(text, NEIGHBOURS, exclude=exclude, min_shared=MIN_SHARED_TERMS)
         if not neighbours or neighbours[0][1] < threshold:
             return unknown_diagnosis()
         votes: Counter[str] = Counter()

@@ -27,7 +27,7 @@ from slurm_acme.diagnose.model import ACTIONS, ORIGINS
 from slurm_acme.errors import InputError
 
 STRENGTHS = ("primary", "echo", "secondary")
-RULE_KEYS = {"id", "pattern", "category", "origin", "action", "node", "strength", "confidence", "note"}
+RULE_KEYS = {"id", "pattern", "category", "origin", "action", "node", "strength", "confidence", "note", "keywords"}
 #: Keywords the diagnoser itself needs to see (torchelastic's summary block).
 BUILTIN_KEYWORDS = ("Root Cause",)
 
@@ -64,6 +64,8 @@ class Rule:
     strength: str = "primary"
     confidence: float = 0.95
     note: str = ""
+    #: Extra prefilter keywords (digit-free literals) lines of this rule contain.
+    keywords: tuple[str, ...] = ()
     compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
     node_re: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
     #: Pattern without digit literals: matching the key is matching the line.
@@ -80,9 +82,9 @@ class Rule:
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in ("id", "pattern", "category", "origin", "action")}
-        for key, default in (("node", None), ("strength", "primary"), ("note", "")):
+        for key, default in (("node", None), ("strength", "primary"), ("note", ""), ("keywords", ())):
             if getattr(self, key) != default:
-                data[key] = getattr(self, key)
+                data[key] = list(self.keywords) if key == "keywords" else getattr(self, key)
         return data
 
 
@@ -105,11 +107,14 @@ def parse_rule(data: Any, source: str) -> Rule:
     if strength not in STRENGTHS:
         raise InputError(f"{source}: rule {rid!r}: strength {strength!r} is not one of {', '.join(STRENGTHS)}")
     confidence = data.get("confidence", {"primary": 0.95, "echo": 0.85, "secondary": 0.6}[strength])
+    keywords = data.get("keywords") or []
+    if not isinstance(keywords, list) or not all(isinstance(k, str) and k and not re.search(r"[0-9]", k) for k in keywords):
+        raise InputError(f"{source}: rule {rid!r}: keywords must be a list of non-empty digit-free strings")
     try:
         return Rule(
             id=data["id"], pattern=data["pattern"], category=data["category"], origin=data["origin"],
             action=data["action"], node=data.get("node"), strength=strength,
-            confidence=float(confidence), note=str(data.get("note", "")),
+            confidence=float(confidence), note=str(data.get("note", "")), keywords=tuple(keywords),
         )
     except re.error as exc:
         raise InputError(f"{source}: rule {rid!r}: bad regex: {exc}") from None
@@ -209,7 +214,8 @@ class RuleBook:
         duplicate = next((i for i in ids if ids.count(i) > 1), None)
         if duplicate:
             raise InputError(f"rule id {duplicate!r} is defined twice in {', '.join(self.sources) or 'the rule book'}")
-        keywords = sorted(set(self.prefilter) | set(BUILTIN_KEYWORDS), key=len, reverse=True)
+        own = {k for rule in self.rules for k in rule.keywords}
+        keywords = sorted(set(self.prefilter) | own | set(BUILTIN_KEYWORDS), key=len, reverse=True)
         object.__setattr__(self, "_prefilter_re", re.compile("|".join(re.escape(k) for k in keywords)))
         object.__setattr__(self, "_node_res", tuple(re.compile(p) for p in self.node_patterns))
         ignore = "|".join(f"(?:{p})" for p in self.ignore)

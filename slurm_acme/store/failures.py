@@ -131,10 +131,11 @@ def _ensure_rules_table(conn) -> None:  # type: ignore[no-untyped-def]
 
 
 def save_rule(store: Store, rule: Mapping[str, Any], *, case_text: str | None = None, source: str = "llm") -> None:
-    """Store a learned rule (``id``, ``pattern``, ``category``, ``origin``, ``action``, ``node``)."""
+    """Store a learned rule (``id``, ``pattern``, ``category``, ``origin``, ``action``, ``node``, ``keywords``)."""
     row = {
         "rule_id": rule["id"], "pattern": rule["pattern"], "category": rule["category"],
         "origin": rule["origin"], "action": rule["action"], "node": rule.get("node"),
+        "keywords": json.dumps(list(rule.get("keywords") or [])),
         "created_ts": time.time(), "case_digest": text_digest(case_text) if case_text else None,
         "source": source,
     }
@@ -154,6 +155,8 @@ def load_rules(store: Store) -> list[dict[str, Any]]:
         rule["id"] = r["rule_id"]
         if r["node"]:
             rule["node"] = r["node"]
+        if r["keywords"]:
+            rule["keywords"] = json.loads(r["keywords"])
         out.append(rule)
     return out
 

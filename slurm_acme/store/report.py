@@ -117,13 +117,8 @@ def _outcome() -> ColumnElement[str]:
     )
 
 
-def select_jobs(conn: Connection, flt: JobFilter) -> int:
-    """Fill the temporary table with the jobs ``flt`` selects; return how many."""
-    if conn.dialect.name == "sqlite":
-        conn.exec_driver_sql("PRAGMA temp_store=MEMORY")
-    selected.drop(conn, checkfirst=True)
-    selected.create(conn)
-    conds = []
+def _job_conds(flt: JobFilter) -> list[ColumnElement[bool]]:
+    conds: list[ColumnElement[bool]] = []
     if flt.cluster is not None:
         conds.append(jobs.c.cluster == flt.cluster)
     if flt.since_ts is not None:
@@ -134,7 +129,27 @@ def select_jobs(conn: Connection, flt: JobFilter) -> int:
         conds.append(jobs.c.user == flt.user)
     if flt.workload_type is not None:
         conds.append(jobs.c.workload_type == flt.workload_type)
+    return conds
+
+
+def count_jobs(conn: Connection, flt: JobFilter) -> int:
+    """All jobs ``flt`` selects, CPU jobs included (an index-only count for a
+    cluster and period)."""
+    return int(conn.execute(select(func.count()).select_from(jobs).where(_where(_job_conds(flt)))).scalar_one())
+
+
+def select_jobs(conn: Connection, flt: JobFilter) -> int:
+    """Fill the temporary table with the GPU jobs ``flt`` selects (every job
+    when it narrows to users or types, so failures of CPU jobs still match);
+    return how many rows it holds."""
+    if conn.dialect.name == "sqlite":
+        conn.exec_driver_sql("PRAGMA temp_store=MEMORY")
+    selected.drop(conn, checkfirst=True)
+    selected.create(conn)
+    conds = _job_conds(flt)
     keyed = flt.narrows_jobs
+    if not keyed:
+        conds.append(jobs.c.gpus > 0)
     source = select(
         jobs.c.cluster if keyed else literal(None, String),
         jobs.c.job_id if keyed else literal(None, String),
@@ -156,9 +171,9 @@ def release_jobs(conn: Connection) -> None:
 
 
 def job_groups(conn: Connection) -> list[dict[str, Any]]:
-    """Counts and sums per (type, outcome, GPUs per job), in one grouped pass:
-    overview, workload, GPU demand, scale, states and the compare row are all
-    sums over these few hundred rows."""
+    """Counts and sums of GPU jobs per (type, outcome, GPUs per job), in one
+    grouped pass: overview, workload, GPU demand, scale, states and the
+    compare row are all sums over these few hundred rows."""
     s = selected.c
     q = select(
         s.wtype, s.outcome, s.gpus,
@@ -169,7 +184,7 @@ def job_groups(conn: Connection) -> list[dict[str, Any]]:
         func.max(s.dur).label("dur_max"),
         func.sum(s.que).label("que_sum"),
         func.count(s.que).label("que_n"),
-    ).group_by(s.wtype, s.outcome, s.gpus)
+    ).where(s.gpus > 0).group_by(s.wtype, s.outcome, s.gpus)
     return [dict(r._mapping) for r in conn.execute(q)]
 
 

@@ -54,6 +54,7 @@ failure_rules = Table(
     Column("origin", String(32), nullable=False),
     Column("action", String(32), nullable=False),
     Column("node", Text),
+    Column("keywords", Text),  # JSON list of extra prefilter keywords
     Column("created_ts", Float, nullable=False),
     Column("case_digest", String(64)),
     Column("source", String(64)),  # e.g. "llm:<model>"
