@@ -139,8 +139,9 @@ def build_report(
     """Run the aggregates for ``flt`` and assemble every section."""
     with store.engine.connect() as conn:
         try:
+            total_jobs = q.count_jobs(conn, flt)
             q.select_jobs(conn, flt)
-            groups = q.job_groups(conn)
+            gpu = q.job_groups(conn)
             run = Distributions.of(q.value_histogram(conn, "dur"))
             queue = Distributions.of(q.value_histogram(conn, "que"))
             utilisation, power = _telemetry(conn, flt, tdp_watts)
@@ -148,10 +149,9 @@ def build_report(
         finally:
             q.release_jobs(conn)
             conn.rollback()
-    gpu = [g for g in groups if g["gpus"] > 0]
     hist = _gpu_histogram(gpu)
-    types = _types_present(g["wtype"] for g in groups)
-    overview = _overview(groups, gpu, hist, run, queue, flt, period)
+    types = _types_present(g["wtype"] for g in gpu)
+    overview = _overview(total_jobs, gpu, hist, run, queue, flt, period)
     states = _states(gpu)
     return Report(
         overview=overview,
@@ -180,9 +180,9 @@ def _sum(rows: Iterable[dict[str, Any]], key: str) -> float:
     return float(sum(r[key] or 0 for r in rows))
 
 
-def _overview(groups, gpu, hist, run: Distributions, queue: Distributions,  # type: ignore[no-untyped-def]
+def _overview(total_jobs: int, gpu, hist, run: Distributions, queue: Distributions,  # type: ignore[no-untyped-def]
               flt: JobFilter, period: Period) -> dict[str, Any]:
-    jobs = _sum(groups, "jobs")
+    jobs = float(total_jobs)
     gpu_jobs = _sum(gpu, "jobs")
     by_gpus: dict[int, int] = defaultdict(int)
     for _, gpus, count, _ in hist:
