@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Training stall per checkpoint: torch.save vs DCP async_save vs slurm-acme's AsyncCheckpointer.
+
+State: a stack of 4096x4096 linear layers plus its Adam state (>= 1 GB). Each method
+saves the same state 5 times; the stall is the time the training thread is blocked
+(median of 5). Background work of the asynchronous methods is awaited between
+saves and not counted as stall, but its duration is reported.
+
+* ``torch_save``: ``torch.save`` to a file, then ``fsync`` (a checkpoint is only a
+  checkpoint once it is on disk; ours is fsynced and verified before it counts).
+  The stall without fsync is reported too (``stall_s_torch_save_no_fsync``).
+* ``dcp_async``: ``torch.distributed.checkpoint.async_save`` (default thread executor).
+* ``acme``: ``AsyncCheckpointer.save`` (copy into reused host buffers; background
+  write, fsync, verify, manifest).
+
+It also compares the two persist backends (thread vs process) by the slowdown of a
+compute loop that runs while the persist is in progress.
+
+Prints one JSON object. Usage: ``python bench/ckpt.py [--gb 1.2] [--dir DIR] [--repeats 5]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+from slurm_acme.ckpt.checkpointer import AsyncCheckpointer
+
+warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+
+
+def build_state(gb: float) -> tuple[dict, int]:
+    width = 4096
+    layer_bytes = width * width * 4 * 3  # weights + Adam exp_avg + exp_avg_sq
+    layers = max(1, round(gb * 1e9 / layer_bytes))
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False)
+                                  for _ in range(layers)])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    for p in model.parameters():
+        p.grad = None
+    state = {"model": model.state_dict(), "optim": opt.state_dict(), "step": 1}
+    nbytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    nbytes += sum(v.numel() * v.element_size() for s in opt.state_dict()["state"].values()
+                  for v in s.values() if isinstance(v, torch.Tensor))
+    return state, nbytes
+
+
+def fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def bench_torch_save(state: dict, root: Path, repeats: int) -> tuple[list[float], list[float]]:
+    with_fsync, without = [], []
+    for i in range(repeats):
+        path = root / f"torch_save_{i}.pt"
+        t0 = time.perf_counter()
+        torch.save(state, path)
+        t1 = time.perf_counter()
+        fsync_path(path)
+        t2 = time.perf_counter()
+        without.append(t1 - t0)
+        with_fsync.append(t2 - t0)
+        path.unlink()
+    return with_fsync, without
+
+
+def bench_dcp_async(state: dict, root: Path, repeats: int) -> tuple[list[float], list[float]]:
+    import torch.distributed.checkpoint as dcp
+
+    stalls, totals = [], []
+    for i in range(repeats):
+        target = root / f"dcp_{i}"
+        t0 = time.perf_counter()
+        future = dcp.async_save(state, checkpoint_id=str(target), no_dist=True)
+        stalls.append(time.perf_counter() - t0)
+        future.result()
+        totals.append(time.perf_counter() - t0)
+        shutil.rmtree(target)
+    return stalls, totals
+
+
+def bench_acme(state: dict, root: Path, repeats: int, persist: str
+               ) -> tuple[list[float], list[float]]:
+    ck = AsyncCheckpointer(root / f"acme_{persist}", keep=1, persist=persist)
+    stalls, persists = [], []
+    try:
+        for i in range(repeats):
+            report = ck.save(i + 1, state)
+            stalls.append(report.stall_s)
+            result = ck.wait()
+            if result is None or not result.committed:
+                raise RuntimeError(f"acme save {i + 1} failed: {result}")
+            persists.append(result.persist_s)
+    finally:
+        ck.close()
+    return stalls, persists
+
+
+def compute_step(a: torch.Tensor) -> None:
+    (a @ a).sum().item()
+
+
+def persist_interference(state: dict, root: Path, persist: str) -> dict:
+    """Mean time of a compute step alone vs while a persist runs in the background."""
+    a = torch.randn(384, 384)
+    for _ in range(5):
+        compute_step(a)
+    t0 = time.perf_counter()
+    n = 200
+    for _ in range(n):
+        compute_step(a)
+    alone = (time.perf_counter() - t0) / n
+    ck = AsyncCheckpointer(root / f"interfere_{persist}", keep=1, persist=persist)
+    try:
+        ck.save(1, state)
+        ck.wait()  # warm the arena and the persist worker
+        ck.save(2, state)
+        t0 = time.perf_counter()
+        steps = 0
+        while ck.busy:
+            compute_step(a)
+            steps += 1
+        during = (time.perf_counter() - t0) / max(steps, 1)
+        result = ck.wait()
+    finally:
+        ck.close()
+    return {"step_s_alone": alone, "step_s_during_persist": during,
+            "slowdown": during / alone, "persist_s": result.persist_s if result else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gb", type=float, default=1.2, help="state size in GB (>= 1)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    root = Path(tempfile.mkdtemp(prefix="acme-bench-ckpt-", dir=args.dir))
+    try:
+        state, nbytes = build_state(args.gb)
+        print(f"state: {nbytes / 1e9:.2f} GB in {root}", file=sys.stderr)
+        ts_sync, ts_nofsync = bench_torch_save(state, root, args.repeats)
+        print(f"torch.save: {statistics.median(ts_sync):.3f}s", file=sys.stderr)
+        dcp_stall, dcp_total = bench_dcp_async(state, root, args.repeats)
+        print(f"dcp async_save: {statistics.median(dcp_stall):.3f}s", file=sys.stderr)
+        acme_stall, acme_persist = bench_acme(state, root, args.repeats, "thread")
+        print(f"acme: {statistics.median(acme_stall):.3f}s", file=sys.stderr)
+        proc_stall, proc_persist = bench_acme(state, root, args.repeats, "process")
+        interference = {p: persist_interference(state, root, p) for p in ("thread", "process")}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    med = statistics.median
+    out = {
+        "state_bytes": nbytes,
+        "repeats": args.repeats,
+        "torch_threads": args.threads,
+        "stall_s_torch_save": med(ts_sync),
+        "stall_s_torch_save_no_fsync": med(ts_nofsync),
+        "stall_s_dcp_async": med(dcp_stall),
+        "stall_s_acme": med(acme_stall),
+        "speedup_vs_torch_save": med(ts_sync) / med(acme_stall),
+        "speedup_vs_torch_save_no_fsync": med(ts_nofsync) / med(acme_stall),
+        "speedup_vs_dcp_async": med(dcp_stall) / med(acme_stall),
+        "background_s_dcp_async": med(dcp_total),
+        "background_s_acme_thread": med(acme_persist),
+        "stall_s_acme_process": med(proc_stall),
+        "background_s_acme_process": med(proc_persist),
+        "stalls_s": {"torch_save": ts_sync, "dcp_async": dcp_stall, "acme_thread": acme_stall,
+                     "acme_process": proc_stall},
+        "persist_interference": interference,
+    }
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
