@@ -135,7 +135,7 @@ class StreamingDiagnoser:
             if rule_index is None:
                 continue
             marker = (key, -1 if rule_index == verdict.static else rule_index, rank)
-            if marker in self._recorded:
+            if marker in self._recorded or len(self.events) >= MAX_EVENTS:
                 continue
             self._recorded.add(marker)
             if len(self._candidate_lines) < 200:
