@@ -13,6 +13,15 @@ from slurm_acme.errors import InputError
 from slurm_acme.telemetry.settings import CollectorSettings
 
 
+def _console():  # type: ignore[no-untyped-def]
+    """A rich console that does not squeeze tables into 80 columns when piped."""
+    import sys
+
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
 def _settings(app: AppContext, node: str | None, **overrides: object) -> CollectorSettings:
     return CollectorSettings.from_config(app.config, node=node, store_url=app.store_url,
                                          **overrides)
@@ -114,7 +123,6 @@ def summaries(ctx: click.Context, as_json: bool, limit: int, job_ids: tuple[str,
     if as_json:
         click.echo(json.dumps(rows, default=str))
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table("job", "nodes", "gpus", "util mean/max %", "SM active mean", "GPU energy kJ",
@@ -128,7 +136,46 @@ def summaries(ctx: click.Context, as_json: bool, limit: int, job_ids: tuple[str,
                       num(None if r["gpu_energy_j"] is None else r["gpu_energy_j"] / 1000),
                       num(None if r["node_energy_j"] is None else r["node_energy_j"] / 1000),
                       num(r["coverage"], "{:.0%}"), r["flags"] or "")
-    Console().print(table)
+    _console().print(table)
+
+
+@collectd.command()
+@click.option("--cluster", help="Cluster name (default: cluster.name from acme.toml).")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@click.argument("job_id")
+@click.pass_context
+def job(ctx: click.Context, cluster: str | None, as_json: bool, job_id: str) -> None:
+    """What the store holds for one job: its nodes, GPUs and samples."""
+    from slurm_acme.store import telemetry as tstore
+
+    app: AppContext = ctx.obj
+    name = cluster or app.config.cluster.name
+    rows = tstore.job_rows(app.store(), name, job_id)
+    if as_json:
+        click.echo(json.dumps(rows, default=str))
+        return
+    if not rows["job_nodes"]:
+        raise InputError(f"the store has no telemetry for job {job_id} on cluster {name!r}")
+    from rich.table import Table
+
+    table = Table("node", "GPU", "UUID", "samples", "util mean %", "power mean W", "source")
+    per_gpu: dict[tuple[str, int], list[dict]] = {}
+    for r in rows["gpu_samples"]:
+        per_gpu.setdefault((r["node"], r["gpu_index"]), []).append(r)
+    for (node, index), samples in sorted(per_gpu.items()):
+        util = [r["util_percent"] for r in samples if r["util_percent"] is not None]
+        power = [r["power_w"] for r in samples if r["power_w"] is not None]
+        table.add_row(node, str(index), samples[0]["gpu_uuid"] or "-", str(len(samples)),
+                      f"{sum(util) / len(util):.1f}" if util else "-",
+                      f"{sum(power) / len(power):.0f}" if power else "-", samples[0]["source"])
+    console = _console()
+    for r in rows["job_nodes"]:
+        cpu = [s["cpu_percent"] for s in rows["node_samples"]
+               if s["node"] == r["node"] and s["cpu_percent"] is not None]
+        console.print(f"{r['node']}: start {r['start_ts']}, end {r['end_ts']}, exit "
+                      f"{r['exit_code']}, GPUs [{r['gpu_indices'] or ''}], {len(cpu)} node samples "
+                      f"(CPU mean {sum(cpu) / len(cpu) if cpu else 0:.0f} %)")
+    console.print(table)
 
 
 @collectd.command()
