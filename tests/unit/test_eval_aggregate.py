@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 
 from slurm_acme.evaluate.aggregate import aggregate_run, collect
-from slurm_acme.evaluate.spec import DatasetSpec, RunSpec, ShardSpec, TrialSpec, read_spec, write_spec
+from slurm_acme.evaluate.spec import (
+    DatasetSpec,
+    RunSpec,
+    ShardSpec,
+    TrialSpec,
+    read_spec,
+    write_spec,
+)
 from slurm_acme.store import evaluate as store_eval
 
 
