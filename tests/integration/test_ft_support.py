@@ -62,21 +62,25 @@ def status(db_url: str, run_id: str) -> dict:
 
 
 def wait_run(db_url: str, run_id: str, job_id: str, slurm, *, timeout: float = 240) -> dict:  # type: ignore[no-untyped-def]
-    """Poll until the run is COMPLETED or STOPPED and its job has left the queue."""
+    """Poll until the run is COMPLETED or STOPPED and its job has left the queue.
+
+    On any failure the job is cancelled, so a failed test leaves nothing running.
+    """
     deadline = time.monotonic() + timeout
     view: dict = {}
-    while time.monotonic() < deadline:
-        view = status(db_url, run_id)
-        if view["state"] in ("COMPLETED", "STOPPED"):
-            job = slurm.show_job(job_id)
-            if job.state.is_terminal():
-                return view
-        time.sleep(2)
+    finished = False
     try:
-        slurm.scancel([job_id])
-    finally:
+        while time.monotonic() < deadline:
+            view = status(db_url, run_id)
+            if view["state"] in ("COMPLETED", "STOPPED") and slurm.show_job(job_id).state.is_terminal():
+                finished = True
+                return view
+            time.sleep(2)
         raise AssertionError(f"run {run_id} (job {job_id}) did not finish in {timeout:.0f}s: "
                              f"{json.dumps(view, indent=1)[-3000:]}")
+    finally:
+        if not finished:
+            slurm.scancel([job_id])
 
 
 def metrics(spec_dir: Path, run_id: str, attempt: int, job_id: str) -> list[dict]:
