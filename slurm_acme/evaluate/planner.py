@@ -1,15 +1,15 @@
 """The planner: a pure function from datasets, priors and resources to a plan.
 
-1. Split datasets whose GPU prior exceeds the shard cap (total / GPU slots,
-   divided by a granularity g) into contiguous example ranges.
-2. Merge small whole datasets into one trial (first-fit decreasing up to the
-   cap) so the per-trial cost (starting the engine, loading the model from
-   node-local memory) is paid fewer times. CPU-heavy and light datasets are
-   not mixed, so heavy scoring is released as early as possible.
-3. Order trials: long CPU verification first (by CPU seconds), then the rest
-   longest first; give each to the least-loaded GPU slot.
+1. Split datasets into contiguous example ranges so that no shard exceeds the
+   cap (total GPU seconds / GPU slots, or finer), by GPU time or scoring time.
+2. Merge small whole datasets into one trial so the per-trial cost (engine
+   start, loading the model from node-local memory) is paid fewer times.
+   CPU-heavy and light datasets are not mixed.
+3. Place trials with long CPU verification first; then either longest-first
+   onto the least-loaded GPU slot (LPT), or McNaughton's wrap-around, which
+   fills every slot to total/slots by cutting shards at slot boundaries.
 4. Predict the timeline (preload, GPU slots, a FIFO pool of CPU slots for
-   scoring) and keep the granularity with the smallest predicted makespan.
+   scoring) and keep the candidate with the smallest predicted makespan.
 
 Nothing here does I/O; the same inputs and seed always give the same plan.
 """
@@ -20,7 +20,7 @@ import heapq
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from slurm_acme.errors import InputError
 from slurm_acme.evaluate.priors import Prior
@@ -215,10 +215,8 @@ def score_timeline(trials: Sequence[Trial], res: Resources) -> list[Trial]:
     return sorted(out, key=lambda t: t.trial_id)
 
 
-def _with(trial: Trial, **changes: object) -> Trial:
-    from dataclasses import replace
-
-    return replace(trial, **changes)
+def _with(item, **changes):  # type: ignore[no-untyped-def]
+    return replace(item, **changes)
 
 
 def baseline_makespan(datasets: Sequence[Dataset], priors: Mapping[str, Prior], res: Resources) -> float:
