@@ -50,9 +50,13 @@ class Distribution:
     cumulative: tuple[int, ...]
 
     @classmethod
-    def of(cls, counts: dict[float, int]) -> Distribution:
-        values = tuple(sorted(counts))
-        return cls(values, tuple(accumulate(counts[v] for v in values)))
+    def of(cls, pairs: list[tuple[float, int]]) -> Distribution:
+        """From ``(value, count)`` pairs with distinct values, in any order."""
+        if not pairs:
+            return cls((), ())
+        pairs.sort()
+        values, counts = zip(*pairs)
+        return cls(values, tuple(accumulate(counts)))
 
     @property
     def n(self) -> int:
@@ -79,15 +83,16 @@ class Distributions:
 
     @classmethod
     def of(cls, rows: Iterable[tuple[str, float, int]]) -> Distributions:
-        per_type: dict[str, dict[float, int]] = defaultdict(dict)
+        """From ``(type, value, count)`` rows, one per distinct (type, value)."""
+        per_type: dict[str, list[tuple[float, int]]] = defaultdict(list)
         total: dict[float, int] = defaultdict(int)
         for wtype, value, count in rows:
-            per_type[wtype][value] = per_type[wtype].get(value, 0) + count
+            per_type[wtype].append((value, count))
             total[value] += count
-        return cls({t: Distribution.of(c) for t, c in per_type.items()}, Distribution.of(total))
+        return cls({t: Distribution.of(p) for t, p in per_type.items()}, Distribution.of(list(total.items())))
 
     def of_type(self, wtype: str) -> Distribution:
-        return self.by_type.get(wtype, Distribution((), ()))
+        return self.by_type.get(wtype) or Distribution((), ())
 
 
 def histogram_quantile(pairs: Iterable[tuple[int, int]], p: int) -> float | None:

@@ -188,7 +188,7 @@ def job_groups(conn: Connection) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in conn.execute(q)]
 
 
-def value_histogram(conn: Connection, column: str) -> list[tuple[str, float, int]]:
+def value_histogram(conn: Connection, column: str) -> list[tuple[str, float, int]]:  # type: ignore[return-value]
     """``(type, value, jobs)`` per distinct run time (``dur``) or queue delay
     (``que``) of GPU jobs. One grouped pass; Slurm and AcmeTrace times are
     whole seconds, so this is the distribution's support, never the job rows.
@@ -196,7 +196,7 @@ def value_histogram(conn: Connection, column: str) -> list[tuple[str, float, int
     s = selected.c
     v = s[column]
     q = select(s.wtype, v, func.count()).where(and_(s.gpus > 0, v.isnot(None))).group_by(s.wtype, v)
-    return [(r[0], float(r[1]), int(r[2])) for r in conn.execute(q)]
+    return [tuple(r) for r in conn.execute(q.order_by(s.wtype, v)).all()]
 
 
 def nearest_rank(p: int, n: int) -> int:
