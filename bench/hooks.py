@@ -102,8 +102,8 @@ def main() -> None:
             result.update(summary("floor_empty_sh", time_runs(["/bin/sh", "-c", ":"],
                                                               [{}] * RUNS)))
             python_hook = [sys.executable, "-c",
-                           "import slurm_acme.telemetry.marks, json, time, os; "
-                           "open(os.devnull, 'w').write(json.dumps({'ts': time.time()}))"]
+                           ("import slurm_acme.telemetry.marks, json, time, os; "
+                            "open(os.devnull, 'w').write(json.dumps({'ts': time.time()}))")]
             result.update(summary("alternative_python_hook",
                                   time_runs(python_hook, [dict(os.environ)] * 20)))
             wait_for(lambda: not any((node_dir / "marks").glob("*.*")), 120)

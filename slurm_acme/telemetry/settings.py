@@ -55,14 +55,14 @@ class CollectorSettings:
     def from_config(cls, config: AcmeConfig, *, node: str | None = None,
                     store_url: str | None = None, **overrides: object) -> CollectorSettings:
         t = config.telemetry
-        values: dict[str, object] = dict(
-            cluster=config.cluster.name, node=node or default_node_name(),
-            spool_dir=Path(t.spool_dir), store_url=store_url, interval_s=t.interval_s,
-            flush_interval_s=t.flush_interval_s, flush_batch=t.flush_batch,
-            sensor_timeout_s=t.sensor_timeout_s, samplers=tuple(t.samplers),
-            synthetic_gpus=t.synthetic_gpus, min_coverage=t.min_coverage,
-            spool_keep_hours=t.spool_keep_hours,
-            slurm_timeout_s=min(config.slurm.command_timeout_s, 10.0))
+        values: dict[str, object] = {
+            "cluster": config.cluster.name, "node": node or default_node_name(),
+            "spool_dir": Path(t.spool_dir), "store_url": store_url, "interval_s": t.interval_s,
+            "flush_interval_s": t.flush_interval_s, "flush_batch": t.flush_batch,
+            "sensor_timeout_s": t.sensor_timeout_s, "samplers": tuple(t.samplers),
+            "synthetic_gpus": t.synthetic_gpus, "min_coverage": t.min_coverage,
+            "spool_keep_hours": t.spool_keep_hours,
+            "slurm_timeout_s": min(config.slurm.command_timeout_s, 10.0)}
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "spool_dir" in overrides and overrides["spool_dir"] is not None:
             values["spool_dir"] = Path(str(overrides["spool_dir"]))

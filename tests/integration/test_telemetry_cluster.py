@@ -3,7 +3,6 @@ into the cluster's store (acme.toml beside slurm.conf, written by sbin/acme-clus
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import time
@@ -60,7 +59,8 @@ def cluster_telemetry(slurm_cluster):  # type: ignore[no-untyped-def]
                          stderr=subprocess.DEVNULL, start_new_session=True)
     started = time.time()
     for node in slurm_cluster.nodes:
-        wait_for(lambda: latest_spool_tick(spool / node) > started, 120, f"{node}'s collector")
+        node_dir = spool / node
+        wait_for(lambda d=node_dir: latest_spool_tick(d) > started, 120, f"{node}'s collector")
     return config
 
 

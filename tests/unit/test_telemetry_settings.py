@@ -30,7 +30,7 @@ def test_settings_follow_config_and_flags(tmp_path):
 
 def sacme(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "slurm_acme", *args], capture_output=True,
-                          text=True, timeout=120, env=env)
+                          text=True, timeout=120, env=env, check=False)
 
 
 def test_bad_interval_is_a_one_line_usage_error(tmp_path):
