@@ -43,10 +43,13 @@ class StepShape:
 def srun_test_argv(group: Sequence[str], *, port: int, master: str, shape: StepShape) -> list[str]:
     """``srun`` running the allgather worker on ``group``, as a step of ``shape.job_id``.
 
-    Inside an allocation the step uses ``--overlap`` (so concurrent pair steps
-    and a batch step never wait for each other's CPUs; verified on Slurm 22.05)
-    and ``--overcommit`` (``G`` tasks per node even where the job holds fewer
-    CPUs). Without a job id srun makes a one-off allocation per group.
+    Inside an allocation the step uses ``--overlap``: without it a second step
+    on a node waits ("Requested nodes are busy") until the first ends; with it
+    concurrent steps share CPUs, memory and GPUs (verified on Slurm 22.05 with
+    two ``--gpus-per-node=2`` steps on one node of a 2-GPU job). ``--overcommit``
+    allows ``G`` tasks per node where the job holds fewer CPUs ("More processors
+    requested than permitted" otherwise). Without a job id srun makes a one-off
+    allocation per group (verified: ``sacme healthcheck --nodes`` outside a job).
     """
     nodes = len(group)
     argv = ["srun"]
