@@ -128,10 +128,40 @@ def _copy_samples(spool: Store, central: Store, table, key: Sequence[str], batch
             return sent
         payload = [{c.name: r._mapping[c.name] for c in columns} for r in rows]
         with central.engine.begin() as cconn:
-            upsert(cconn, table, payload, key, update=())
+            insert_ignore(cconn, table, payload, key)
         with spool.engine.begin() as sconn:
             set_meta(sconn, _WATERMARK.format(table.name), str(rows[-1].id))
         sent += len(rows)
+
+
+def insert_ignore(conn: Connection, table, rows: Sequence[Mapping[str, Any]],  # type: ignore[no-untyped-def]
+                  key: Sequence[str]) -> None:
+    """Insert rows, skipping those whose key exists: COPY on Postgres, else executemany.
+
+    COPY cannot skip duplicates, so on Postgres the batch is copied into a
+    temporary table and moved with one ``INSERT ... SELECT ... ON CONFLICT DO
+    NOTHING``; a re-sent batch (after a crash) therefore still lands once.
+    """
+    if not rows:
+        return
+    if conn.dialect.name != "postgresql":
+        upsert(conn, table, rows, key, update=())
+        return
+    columns = list(rows[0])
+    names = ", ".join(f'"{c}"' for c in columns)
+    staging = f"acme_stage_{table.name}"
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(f'CREATE TEMP TABLE IF NOT EXISTS "{staging}" ON COMMIT DELETE ROWS '
+                       f'AS SELECT {names} FROM "{table.name}" WITH NO DATA')
+        with cursor.copy(f'COPY "{staging}" ({names}) FROM STDIN') as copy:
+            for row in rows:
+                copy.write_row([row[c] for c in columns])
+        conflict = ", ".join(f'"{c}"' for c in key)
+        cursor.execute(f'INSERT INTO "{table.name}" ({names}) SELECT {names} FROM "{staging}" '
+                       f"ON CONFLICT ({conflict}) DO NOTHING")
+    finally:
+        cursor.close()
 
 
 def flush(spool: Store, central: Store, *, batch: int, min_coverage: float) -> FlushResult:
@@ -264,8 +294,8 @@ def copy_all(spool: Store, target: Store, *, batch: int, min_coverage: float) ->
             if not rows:
                 break
             with target.engine.begin() as tconn:
-                upsert(tconn, table, [{c.name: r._mapping[c.name] for c in columns} for r in rows],
-                       key, update=())
+                insert_ignore(tconn, table,
+                              [{c.name: r._mapping[c.name] for c in columns} for r in rows], key)
             last = rows[-1].id
             sent = sent + (FlushResult(gpu_rows=len(rows)) if table is gpu_samples
                            else FlushResult(node_rows=len(rows)))

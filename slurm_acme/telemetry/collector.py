@@ -248,6 +248,9 @@ class Collector:
                 self.central.dispose()
                 self.central = None
             return None
+        # Hold no connection between flushes: hundreds of nodes must not pin
+        # hundreds of idle Postgres backends (the engine reconnects on use).
+        self.central.dispose()
         if "store-down" in self.said:
             self.said.discard("store-down")
             log.warning("%s: central store is back; flushed %s", s.node, result)

@@ -36,6 +36,7 @@ gpu_samples = Table(
     Column("gpu_uuid", String(64)),
     Column("job_id", String(64)),
     Column("util_percent", Float),
+    #: DCGM profiling ratios, 0..1 (not percent): SM, tensor-pipe and DRAM activity.
     Column("sm_active", Float),
     Column("tensor_active", Float),
     Column("dram_active", Float),
