@@ -97,7 +97,7 @@ def run(app: AppContext, checkpoint: str, datasets_spec: str, node_count: int, n
         if mode == "auto":
             mode = mode_for(job_container_type(read_show_config()), cfg.local_dir)
     if not nodes:
-        nodes = [f"node[{i}]" for i in range(node_count)]
+        nodes = [f"<node{i}>" for i in range(node_count)]  # a dry run asks Slurm nothing
     if mode == "auto":
         mode = "jobs"
     store = app.store()

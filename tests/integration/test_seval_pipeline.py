@@ -109,6 +109,8 @@ def test_sacct_shows_gpus_released_before_the_last_scoring_ends(evaluation):
     last_gpu_end = max(j.end for j in gpu)
     last_score_end = max(j.end for j in score)
     assert last_gpu_end <= last_score_end
+    # decoupling: some trial was being scored on CPUs while later trials still ran on GPUs
+    assert any(s.start < g.end and g.start <= s.start for s in score for g in gpu)
     # aftercorr: each scoring task starts only after its own GPU task ended.
     for node in (0, 1):
         gpu_end = {j.array_task_id: j.end for j in gpu if j.array_job_id == ids[f"gpu-{node}"]}

@@ -25,7 +25,7 @@ def test_dry_run_prints_plan_bound_gap_baseline_and_sbatch_calls(ckpt, tmp_path,
                                     "--nodes", "2", "--gpus-per-node", "2", "--dry-run"])
     out = capsys.readouterr().out
     assert code == 0
-    for words in ("predicted makespan:", "lower bound:", "gap:", "baseline makespan:", "node[0]/gpu0:",
+    for words in ("predicted makespan:", "lower bound:", "gap:", "baseline makespan:", "<node0>/gpu0:",
                   "--dependency=aftercorr:<gpu-0>", "sbatch --parsable"):
         assert words in out
 
