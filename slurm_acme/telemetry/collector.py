@@ -76,9 +76,14 @@ class Collector:
         next_tick = self.clock()
         while not self.stop_event.is_set():
             now = self.clock()
-            self.process_marks()
+            try:
+                self.process_marks()
+                if now >= next_tick:
+                    self.tick(now)
+            except (SQLAlchemyError, OSError) as exc:  # a full or locked spool: retry, keep going
+                self.say_once(f"spool:{type(exc).__name__}", "%s: spool problem (will retry): %s",
+                              self.settings.node, exc)
             if now >= next_tick:
-                self.tick(now)
                 next_tick += self.settings.interval_s
                 if next_tick < now:  # fell behind (suspended, slow sensor): skip, don't burst
                     next_tick = now + self.settings.interval_s
@@ -99,19 +104,21 @@ class Collector:
 
     # -------------------------------------------------------------- sampling
 
-    def busy_gpus(self) -> dict[int, str]:
+    def running(self) -> tuple[dict[int, str], set[str]]:
+        """GPU index -> job id for GPUs held now, and every job running on this node."""
         assert self.spool is not None
         busy: dict[int, str] = {}
-        for job in tstore.open_jobs(self.spool, self.settings.cluster, self.settings.node):
+        jobs = tstore.open_jobs(self.spool, self.settings.cluster, self.settings.node)
+        for job in jobs:
             for token in (job.get("gpu_indices") or "").split(","):
                 if token.isdigit():
                     busy[int(token)] = job["job_id"]
-        return busy
+        return busy, {j["job_id"] for j in jobs}
 
     def tick(self, now: float) -> None:
         assert self.spool is not None
         s = self.settings
-        busy = self.busy_gpus()
+        busy, jobs = self.running()
         reading = Reading()
         for sampler in self.active:
             try:
@@ -123,7 +130,7 @@ class Collector:
         for flag in reading.flags:
             self.say_once(f"flag:{flag}", "%s: sensor problem: %s", s.node, flag)
         node_row = {"cluster": s.cluster, "node": s.node, "ts": now,
-                    "job_ids": ",".join(sorted(set(busy.values()) | self.open_job_ids())) or None,
+                    "job_ids": ",".join(sorted(jobs)) or None,
                     **{f: reading.node.get(f) for f in NODE_FIELDS},
                     "flags": ",".join(sorted(set(reading.flags))) or None}
         gpu_rows = []
@@ -136,11 +143,6 @@ class Collector:
                              "source": fields.get("source") or "dcgm",
                              "flags": ",".join(fields.get("flags") or []) or None})
         tstore.insert_tick(self.spool, node_row, gpu_rows)
-
-    def open_job_ids(self) -> set[str]:
-        assert self.spool is not None
-        return {j["job_id"] for j in tstore.open_jobs(self.spool, self.settings.cluster,
-                                                      self.settings.node)}
 
     # -------------------------------------------------------------- marks
 

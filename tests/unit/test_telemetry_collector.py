@@ -325,3 +325,35 @@ def test_retention_prunes_raw_samples_but_keeps_summaries(tmp_path, store):
     assert tstore.prune_samples(store, clock.now + 1) == 2 + 8
     counts = tstore.count_rows(store)
     assert counts["gpu_samples"] == 0 and counts["job_summaries"] == 1
+
+
+def test_run_loop_survives_a_spool_error_and_flushes_on_stop(tmp_path, sqlite_url, monkeypatch):
+    import threading
+
+    from slurm_acme.store import open_store
+
+    central = open_store(sqlite_url)
+    s = CollectorSettings(cluster="acme", node="n1", spool_dir=tmp_path / "spool",
+                          store_url=sqlite_url, interval_s=0.2, flush_interval_s=3600)
+    c = Collector(s, samplers=[HostSampler()], open_central=lambda url: central)
+    c.start()
+    real = tstore.insert_tick
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(28, "No space left on device")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tstore, "insert_tick", flaky)
+    thread = threading.Thread(target=c.run)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while calls["n"] < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    c.stop()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and calls["n"] >= 4
+    assert tstore.count_rows(central)["node_samples"] == calls["n"] - 1  # flushed at stop
+    central.dispose()
