@@ -42,6 +42,9 @@ class FaultToleranceSpec(_Section):
     health_check: Literal["allgather", "none"] = "allgather"
     #: Seconds without a new training step before the job counts as hung.
     hang_timeout: float = Field(default=600.0, gt=0)
+    #: Seconds allowed before the first step (imports, process group, data loading);
+    #: the hang clock only starts once training has reported a step.
+    startup_timeout: float = Field(default=900.0, gt=0)
     loss_spike: LossSpikeSpec = Field(default_factory=LossSpikeSpec)
     exclude: list[str] = Field(default_factory=list, description="nodes never to use")
     #: Seconds before the time limit at which Slurm sends USR2 (checkpoint, requeue).

@@ -249,6 +249,7 @@ class Supervisor:
         reader.start()
         metrics = MetricsTail(self.ctx.path("metrics.jsonl"))
         hang_timeout = self.spec.fault_tolerance.hang_timeout
+        startup_timeout = self.spec.fault_tolerance.startup_timeout
         launched_at = time.time()
         hung = forwarded = False
         last_ckpt_ts = None
@@ -265,9 +266,10 @@ class Supervisor:
             if self.signals.term:
                 _stop(proc)
                 break
-            progress = max(launched_at, metrics.last_progress_ts or 0.0)
-            if time.time() - progress > hang_timeout and not metrics.done:
-                self.log(f"hang: no new step for {hang_timeout:g}s (last step {metrics.last_step})")
+            progress = metrics.last_progress_ts or launched_at
+            limit = hang_timeout if metrics.last_progress_ts else startup_timeout
+            if time.time() - progress > limit and not metrics.done:
+                self.log(f"hang: no new step for {limit:g}s (last step {metrics.last_step})")
                 self.detected_after_s = round(time.time() - progress, 2)
                 hung = True
                 _stop(proc)

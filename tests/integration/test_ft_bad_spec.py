@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_ft_support import sacme, write_spec
+from test_ft_support import fresh_dir, sacme, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -21,7 +21,8 @@ def _queue_names(slurm) -> set[str]:  # type: ignore[no-untyped-def]
      "field 'nodes': 64 nodes requested but the cluster has 4"),
 ])
 def test_malformed_spec_is_one_line_exit_2_and_nothing_submitted(
-        slurm_cluster, slurm, sqlite_url, tmp_path, case, edit, expected) -> None:  # type: ignore[no-untyped-def]
+        slurm_cluster, slurm, case, edit, expected) -> None:  # type: ignore[no-untyped-def]
+    tmp_path, sqlite_url = fresh_dir("ft-bad-spec")
     spec = write_spec(tmp_path, f"ft-bad-{case}")
     spec.write_text(edit(spec.read_text()))
     before = _queue_names(slurm)

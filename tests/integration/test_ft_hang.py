@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from test_ft_support import submit, wait_run, write_spec
+from test_ft_support import fresh_dir, submit, wait_run, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 HANG_TIMEOUT = 15
 
 
-def test_hang_detected_within_timeout_and_recovered(slurm_cluster, slurm, sqlite_url, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_hang_detected_within_timeout_and_recovered(slurm_cluster, slurm) -> None:  # type: ignore[no-untyped-def]
+    tmp_path, sqlite_url = fresh_dir("ft-hang")
     spec = write_spec(tmp_path, "ft-hang", steps=24, interval=5, hang_timeout=HANG_TIMEOUT,
                       faults="hang:step=11,rank=1,attempt=0")
     run_id, job_id = submit(sqlite_url, spec)

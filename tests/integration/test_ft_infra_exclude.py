@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from test_ft_support import metrics, sacme, submit, wait_run, write_spec
+from test_ft_support import fresh_dir, metrics, sacme, submit, wait_run, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 
-def test_nccl_error_excludes_node_requeues_and_resumes(slurm_cluster, slurm, sqlite_url, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_nccl_error_excludes_node_requeues_and_resumes(slurm_cluster, slurm) -> None:  # type: ignore[no-untyped-def]
+    tmp_path, sqlite_url = fresh_dir("ft-infra")
     spec = write_spec(tmp_path, "ft-nccl", steps=30, interval=5, health_check="allgather",
                       faults="raise:step=12,rank=1,attempt=0,"
                              "message=NCCL error: unhandled system error")

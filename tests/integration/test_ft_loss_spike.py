@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from test_ft_support import metrics, submit, wait_run, write_spec
+from test_ft_support import fresh_dir, metrics, submit, wait_run, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 
-def test_loss_spike_rolls_back_skips_and_completes(slurm_cluster, slurm, sqlite_url, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_loss_spike_rolls_back_skips_and_completes(slurm_cluster, slurm) -> None:  # type: ignore[no-untyped-def]
+    tmp_path, sqlite_url = fresh_dir("ft-spike")
     spec = write_spec(tmp_path, "ft-spike", steps=24, interval=5, faults="spike:step=12,factor=50")
     run_id, job_id = submit(sqlite_url, spec)
     view = wait_run(sqlite_url, run_id, job_id, slurm, timeout=300)

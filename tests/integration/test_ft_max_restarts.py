@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from slurm_acme import exitcodes
-from test_ft_support import submit, wait_run, write_spec
+from test_ft_support import fresh_dir, submit, wait_run, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 
 def test_repeated_infrastructure_failures_stop_at_max_restarts(
-        slurm_cluster, slurm, sqlite_url, tmp_path) -> None:  # type: ignore[no-untyped-def]
+        slurm_cluster, slurm) -> None:  # type: ignore[no-untyped-def]
+    tmp_path, sqlite_url = fresh_dir("ft-maxrestarts")
     spec = write_spec(tmp_path, "ft-maxrestarts", max_restarts=2,
                       faults="raise:step=3,message=NCCL error: unhandled system error")
     run_id, job_id = submit(sqlite_url, spec)

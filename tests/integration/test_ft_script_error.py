@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from slurm_acme import exitcodes
-from test_ft_support import sacme, submit, wait_run, write_spec
+from test_ft_support import fresh_dir, sacme, submit, wait_run, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
-def test_key_error_stops_without_requeue(slurm_cluster, slurm, sqlite_url, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_key_error_stops_without_requeue(slurm_cluster, slurm) -> None:  # type: ignore[no-untyped-def]
+    tmp_path, sqlite_url = fresh_dir("ft-keyerror")
     spec = write_spec(tmp_path, "ft-keyerror",
                       faults="raise:step=4,rank=1,message=KeyError: 'input_ids'")
     run_id, job_id = submit(sqlite_url, spec)

@@ -86,3 +86,18 @@ def wait_run(db_url: str, run_id: str, job_id: str, slurm, *, timeout: float = 2
 def metrics(spec_dir: Path, run_id: str, attempt: int, job_id: str) -> list[dict]:
     path = spec_dir / "acme-runs" / run_id / f"attempt-{attempt}-{job_id}.metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def fresh_dir(name: str) -> tuple[Path, str]:
+    """A work folder and SQLite URL for one scenario, outside pytest's basetemp.
+
+    Every engineer's pytest shares ``/tmp/pytest-of-root`` and prunes all but
+    the newest few folders there, which could delete a minutes-long scenario's
+    checkpoints mid-run; the job also needs a path that outlives the test.
+    """
+    import tempfile
+
+    root = Path(os.environ.get("ACME_FT_TEST_DIR", "/tmp/acme-ft-tests"))
+    root.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
+    return folder, f"sqlite:///{folder / 'acme.db'}"
