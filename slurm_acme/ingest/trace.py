@@ -1,18 +1,25 @@
 """``sacme import-trace``: stream an AcmeTrace job trace (CSV) into the store.
 
-The file is read once, row by row, and written in batches inside a single
-transaction, so an import either lands whole or not at all (``--strict``) and
-a re-run of the same file changes nothing (rows are upserted on
-``(cluster, job_id)``). Timestamps carry their own offset (Seren ``+08:00``,
-Kalos ``+00:00``) and are stored as UTC epoch seconds.
+The file is read once and written inside a single transaction, so an import
+either lands whole or not at all (``--strict``), and a re-run of the same file
+changes nothing (rows are upserted on ``(cluster, job_id)``). Timestamps carry
+their own offset (Seren ``+08:00``, Kalos ``+00:00``) and are stored as UTC
+epoch seconds.
+
+Each column has a *kind* (``COLUMNS``) that says how it is checked and
+converted. The store applies those rules in bulk (in SQL on SQLite, where a
+million rows must import at the speed of the sqlite3 shell); this module
+applies the same rules row by row (for Postgres's ``COPY``) and names the bad
+column of a rejected row in both cases.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,27 +27,55 @@ from typing import IO
 
 from slurm_acme.errors import InputError
 
-#: Columns of ``trace_seren.csv``; every AcmeTrace file has them.
-REQUIRED_COLUMNS: tuple[str, ...] = (
-    "job_id", "user", "node_num", "gpu_num", "cpu_num", "type", "state",
-    "submit_time", "start_time", "end_time", "duration", "queue", "gpu_time",
-)
-#: Extra columns of ``trace_kalos.csv``.
-OPTIONAL_COLUMNS: tuple[str, ...] = ("mem_per_pod_GB", "shared_mem_per_pod", "fail_time", "stop_time")
-
-WORKLOAD_TYPES = frozenset({"Eval", "Pretrain", "SFT", "MLLM", "Debug", "Other"})
+WORKLOAD_TYPES = ("Eval", "Pretrain", "SFT", "MLLM", "Debug", "Other")
 #: Final states a trace row may carry (Slurm's terminal job states).
-TRACE_STATES = frozenset({
+TRACE_STATES = (
     "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
     "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
-})
-
-#: Columns of the rows this module yields, in order (see ``slurm_acme.store.jobs``).
-ROW_FIELDS: tuple[str, ...] = (
-    "job_id", "user", "nodes", "gpus", "cpus", "workload_type", "state",
-    "submit_ts", "start_ts", "end_ts", "duration_s", "queue_s", "gpu_time_s",
-    "mem_per_pod_gb", "shared_mem_per_pod", "fail_ts", "stop_ts",
 )
+
+
+@dataclass(frozen=True)
+class Column:
+    """One trace column: its name, the ``jobs`` field it fills, and its kind.
+
+    Kinds: ``key`` (non-empty text), ``text``, ``int`` (ASCII digits, empty is
+    0), ``num`` (decimal digits with an optional fraction, empty is NULL),
+    ``time`` (ISO-8601 ``YYYY-MM-DD HH:MM:SS[.f][+HH:MM]``, naive is UTC,
+    empty is NULL) and ``enum`` (one of ``choices``).
+    """
+
+    name: str
+    target: str
+    kind: str
+    required: bool = True
+    choices: tuple[str, ...] = ()
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("job_id", "job_id", "key"),
+    Column("user", "user", "text"),
+    Column("node_num", "nodes", "int"),
+    Column("gpu_num", "gpus", "int"),
+    Column("cpu_num", "cpus", "int"),
+    Column("type", "workload_type", "enum", choices=WORKLOAD_TYPES),
+    Column("state", "state", "enum", choices=TRACE_STATES),
+    Column("submit_time", "submit_ts", "time"),
+    Column("start_time", "start_ts", "time"),
+    Column("end_time", "end_ts", "time"),
+    Column("duration", "duration_s", "num"),
+    Column("queue", "queue_s", "num"),
+    Column("gpu_time", "gpu_time_s", "num"),
+    # Kalos only:
+    Column("mem_per_pod_GB", "mem_per_pod_gb", "num", required=False),
+    Column("shared_mem_per_pod", "shared_mem_per_pod", "num", required=False),
+    Column("fail_time", "fail_ts", "time", required=False),
+    Column("stop_time", "stop_ts", "time", required=False),
+)
+REQUIRED_COLUMNS = tuple(c.name for c in COLUMNS if c.required)
+OPTIONAL_COLUMNS = tuple(c.name for c in COLUMNS if not c.required)
+
+_KIND_NAMES = {"int": "an integer", "num": "a number", "time": "an ISO-8601 timestamp"}
 
 
 @dataclass(frozen=True)
@@ -55,6 +90,15 @@ class BadRow:
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}: column {self.column!r}: {self.reason} (got {self.value!r})"
+
+
+def describe_problem(column: Column, value: str) -> str:
+    """Why ``value`` is not acceptable in ``column`` (the same words on every path)."""
+    if column.kind == "key":
+        return "empty job id"
+    if column.kind == "enum":
+        return f"unknown {column.name}, expected one of {', '.join(column.choices)}"
+    return f"not {_KIND_NAMES[column.kind]}"
 
 
 @dataclass
@@ -75,38 +119,33 @@ class ImportResult:
         }
 
 
-def _text(value: str) -> str:
-    return value
+# -- row-by-row conversion (the Postgres path, and the reference rules) --------
+
+_NUMBER = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)\Z")
+_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:[+-][0-9]{2}:[0-9]{2}|Z)?\Z")
 
 
-def _int(value: str) -> int:
-    return int(value) if value else 0
+def _to_int(value: str) -> int:
+    if not value:
+        return 0
+    if not (value.isascii() and value.isdigit()):
+        raise ValueError(value)
+    return int(value)
 
 
-def _float_or_none(value: str) -> float | None:
-    return float(value) if value else None
-
-
-_MIDNIGHTS: dict[str, float] = {}
-
-
-def _epoch(value: str) -> float | None:
-    """ISO-8601 with an offset -> UTC epoch seconds; naive times are UTC.
-
-    The common trace form ``YYYY-MM-DD HH:MM:SS+HH:MM`` is computed from a
-    per-day cache (a trace spans a few hundred days); anything else goes
-    through ``datetime.fromisoformat``.
-    """
+def _to_num(value: str) -> float | None:
     if not value:
         return None
-    if len(value) == 25 and value[13] == ":" and value[16] == ":" and value[10] in " T":
-        key = value[:10] + value[19:]
-        midnight = _MIDNIGHTS.get(key)
-        if midnight is None:
-            midnight = _MIDNIGHTS[key] = datetime.fromisoformat(value[:10] + "T00:00:00" + value[19:]).timestamp()
-        h, m, s = int(value[11:13]), int(value[14:16]), int(value[17:19])
-        if h < 24 and m < 60 and s < 60:
-            return midnight + h * 3600 + m * 60 + s
+    if not _NUMBER.match(value):
+        raise ValueError(value)
+    return float(value)
+
+
+def to_epoch(value: str) -> float | None:
+    """ISO-8601 (offset optional, naive is UTC) -> UTC epoch seconds."""
+    if not value:
+        return None
+    if not _TIMESTAMP.match(value):
         raise ValueError(value)
     moment = datetime.fromisoformat(value)
     if moment.tzinfo is None:
@@ -114,133 +153,62 @@ def _epoch(value: str) -> float | None:
     return moment.timestamp()
 
 
-def _workload(value: str) -> str:
-    if value not in WORKLOAD_TYPES:
-        raise ValueError(f"unknown workload type, expected one of {sorted(WORKLOAD_TYPES)}")
-    return value
+def _converter(column: Column) -> Callable[[str], object]:
+    if column.kind == "key":
+        def key(value: str) -> str:
+            if not value:
+                raise ValueError(value)
+            return value
+        return key
+    if column.kind == "enum":
+        allowed = frozenset(column.choices)
+
+        def enum(value: str) -> str:
+            if value not in allowed:
+                raise ValueError(value)
+            return value
+        return enum
+    return {"text": str, "int": _to_int, "num": _to_num, "time": to_epoch}[column.kind]
 
 
-def _state(value: str) -> str:
-    if value not in TRACE_STATES:
-        raise ValueError(f"unknown job state, expected one of {sorted(TRACE_STATES)}")
-    return value
-
-
-def _job_id(value: str) -> str:
-    if not value:
-        raise ValueError("empty job id")
-    return value
-
-
-#: output field -> (source column, converter)
-_CONVERTERS: dict[str, tuple[str, Callable[[str], object]]] = {
-    "job_id": ("job_id", _job_id),
-    "user": ("user", _text),
-    "nodes": ("node_num", _int),
-    "gpus": ("gpu_num", _int),
-    "cpus": ("cpu_num", _int),
-    "workload_type": ("type", _workload),
-    "state": ("state", _state),
-    "submit_ts": ("submit_time", _epoch),
-    "start_ts": ("start_time", _epoch),
-    "end_ts": ("end_time", _epoch),
-    "duration_s": ("duration", _float_or_none),
-    "queue_s": ("queue", _float_or_none),
-    "gpu_time_s": ("gpu_time", _float_or_none),
-    "mem_per_pod_gb": ("mem_per_pod_GB", _float_or_none),
-    "shared_mem_per_pod": ("shared_mem_per_pod", _float_or_none),
-    "fail_ts": ("fail_time", _epoch),
-    "stop_ts": ("stop_time", _epoch),
-}
-
-
-def check_header(header: list[str], path: str) -> dict[str, int]:
-    """Map column name -> index; reject unknown or missing columns by name."""
+def check_header(header: list[str], path: str) -> list[Column | None]:
+    """The :class:`Column` of each header position; unknown or missing columns are errors."""
     names = [h.strip() for h in header]
-    known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
-    unknown = [n for n in names if n not in known]
+    by_name = {c.name: c for c in COLUMNS}
+    unknown = [n for n in names if n not in by_name]
     if unknown:
         raise InputError(
             f"{path}:1: unknown column(s) {', '.join(map(repr, unknown))}; "
-            f"an AcmeTrace file has {', '.join(REQUIRED_COLUMNS + OPTIONAL_COLUMNS)}"
+            f"an AcmeTrace file has {', '.join(c.name for c in COLUMNS)}"
         )
     missing = [n for n in REQUIRED_COLUMNS if n not in names]
     if missing:
         raise InputError(f"{path}:1: missing column(s) {', '.join(map(repr, missing))}")
     if len(set(names)) != len(names):
         raise InputError(f"{path}:1: duplicate column names in header")
-    return {name: i for i, name in enumerate(names)}
+    return [by_name[n] for n in names]
 
 
-class TraceParser:
-    """Turns CSV records into store rows (tuples in ``ROW_FIELDS`` order).
+class RowConverter:
+    """CSV record -> tuple of ``targets`` values, or the first bad column."""
 
-    The fast path converts a whole record in one go; only a record that fails
-    is converted again field by field to name the bad column.
-    """
-
-    def __init__(self, header: list[str], path: str):
+    def __init__(self, columns: list[Column | None], path: str):
         self.path = path
-        index = check_header(header, path)
-        self.width = len(header)
-        self._plan: list[tuple[str, int | None, Callable[[str], object]]] = [
-            (column, index.get(column), convert) for column, convert in _CONVERTERS.values()
-        ]
-        self._fast = _fast_converter(index, self.width)
+        self.columns = columns
+        self.targets = tuple(c.target for c in columns if c is not None)
+        self._plan = [(i, c, _converter(c)) for i, c in enumerate(columns) if c is not None]
 
     def convert(self, record: list[str], line: int) -> tuple | BadRow:
-        if len(record) != self.width:
-            return BadRow(self.path, line, "*", ",".join(record)[:80],
-                          f"expected {self.width} fields, found {len(record)}")
-        try:
-            return self._fast(record)
-        except (ValueError, OverflowError):
-            return self._explain(record, line)
-
-    def _explain(self, record: list[str], line: int) -> BadRow:
-        for column, i, convert in self._plan:
-            if i is None:
-                continue
+        values = []
+        for i, column, convert in self._plan:
             try:
-                convert(record[i])
-            except (ValueError, OverflowError) as exc:
-                reason = str(exc) if convert in (_workload, _state, _job_id) else f"not a valid {_KIND[convert]}"
-                return BadRow(self.path, line, column, record[i], reason)
-        raise AssertionError("record failed conversion but no field fails")  # pragma: no cover
+                values.append(convert(record[i]))
+            except (ValueError, OverflowError):
+                return BadRow(self.path, line, column.name, record[i], describe_problem(column, record[i]))
+        return tuple(values)
 
 
-def _fast_converter(index: dict[str, int], width: int) -> Callable[[list[str]], tuple]:
-    """A record -> row function specialised to this header's column positions.
-
-    It does the same as the ``_CONVERTERS`` table, unrolled: a million-row
-    import spends most of its time here. Absent optional columns read an
-    empty string appended to the record.
-    """
-    pad = any(c not in index for c in OPTIONAL_COLUMNS)
-    (job, user, nodes, gpus, cpus, kind, state, submit, start, end, dur, queue, gtime,
-     mem, shm, fail, stop) = (index.get(col, width) for col, _conv in _CONVERTERS.values())
-    types, states, epoch = WORKLOAD_TYPES, TRACE_STATES, _epoch
-
-    def fast(r: list[str]) -> tuple:
-        if pad:
-            r.append("")
-        if not r[job] or r[kind] not in types or r[state] not in states:
-            raise ValueError("bad key field")
-        return (
-            r[job], r[user], int(r[nodes]) if r[nodes] else 0, int(r[gpus]) if r[gpus] else 0,
-            int(r[cpus]) if r[cpus] else 0, r[kind], r[state],
-            epoch(r[submit]), epoch(r[start]), epoch(r[end]),
-            float(r[dur]) if r[dur] else None, float(r[queue]) if r[queue] else None,
-            float(r[gtime]) if r[gtime] else None,
-            float(r[mem]) if r[mem] else None, float(r[shm]) if r[shm] else None,
-            epoch(r[fail]), epoch(r[stop]),
-        )
-
-    return fast
-
-
-_KIND = {_int: "integer", _float_or_none: "number", _epoch: "ISO-8601 timestamp"}
-
+# -- reading the file ------------------------------------------------------------
 
 class _CountingReader(io.RawIOBase):
     """A raw file wrapper that counts bytes read, for a cheap progress bar."""
@@ -258,40 +226,82 @@ class _CountingReader(io.RawIOBase):
         return n or 0
 
 
-def iter_trace(path: Path, *, counter: list[_CountingReader] | None = None) -> tuple[TraceParser, Iterator[tuple[int, list[str]]]]:
-    """Open ``path`` and return its parser and an iterator of (line, record)."""
-    try:
-        raw = open(path, "rb")  # noqa: SIM115 - closed by the generator
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-    counting = _CountingReader(raw)
-    if counter is not None:
-        counter.append(counting)
-    text = io.TextIOWrapper(io.BufferedReader(counting, 1 << 20), encoding="utf-8", newline="")
-    reader = csv.reader(text)
-    try:
-        header = next(reader)
-    except StopIteration:
-        raw.close()
-        raise InputError(f"{path}: empty file, expected an AcmeTrace CSV header") from None
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raw.close()
-        raise InputError(f"{path}:1: not a CSV file ({exc})") from None
-    parser = TraceParser(header, str(path))
+class TraceFile:
+    """An open trace: its checked header, a ``csv.reader`` and bytes read so far."""
 
-    def records() -> Iterator[tuple[int, list[str]]]:
+    def __init__(self, path: Path):
+        self.path = path
         try:
-            for record in reader:
-                if record:
-                    yield reader.line_num, record
+            raw = open(path, "rb")  # noqa: SIM115 - closed in close()
+        except FileNotFoundError:
+            raise InputError(f"{path}: no such file") from None
+        except IsADirectoryError:
+            raise InputError(f"{path}: is a directory, expected an AcmeTrace CSV") from None
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+        self._raw = raw
+        self._counter = _CountingReader(raw)
+        text = io.TextIOWrapper(io.BufferedReader(self._counter, 1 << 20), encoding="utf-8", newline="")
+        self.reader = csv.reader(text)
+        try:
+            header = next(self.reader)
+        except StopIteration:
+            self.close()
+            raise InputError(f"{path}: empty file, expected an AcmeTrace CSV header") from None
         except (UnicodeDecodeError, csv.Error) as exc:
-            raise InputError(f"{path}:{reader.line_num + 1}: unreadable CSV ({exc})") from None
-        finally:
-            raw.close()
+            self.close()
+            raise InputError(f"{path}:1: not a CSV file ({exc})") from None
+        try:
+            self.columns = check_header(header, str(path))
+        except InputError:
+            self.close()
+            raise
+        self.width = len(header)
+        self.size = path.stat().st_size
 
-    return parser, records()
+    @property
+    def bytes_read(self) -> int:
+        return self._counter.count
+
+    def unreadable(self, exc: Exception) -> InputError:
+        return InputError(f"{self.path}:{self.reader.line_num + 1}: unreadable CSV ({exc})")
+
+    def close(self) -> None:
+        self._raw.close()
+
+    def __enter__(self) -> "TraceFile":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- importing ---------------------------------------------------------------------
+
+@dataclass
+class _Run:
+    """Counters and limits shared by both import paths."""
+
+    trace: TraceFile
+    result: ImportResult
+    strict: bool
+    max_reported: int
+    progress: Callable[[int, int], None] | None
+
+    def bad(self, row: BadRow) -> None:
+        if self.strict:
+            raise InputError(f"{row} (--strict: nothing imported)")
+        self.result.skipped += 1
+        if len(self.result.bad) < self.max_reported:
+            self.result.bad.append(row)
+
+    def wrong_width(self, record: list[str]) -> BadRow:
+        return BadRow(str(self.trace.path), self.trace.reader.line_num, "*", ",".join(record)[:80],
+                      f"expected {self.trace.width} fields, found {len(record)}")
+
+    def tick(self) -> None:
+        if self.progress:
+            self.progress(self.trace.bytes_read, self.trace.size)
 
 
 def import_trace(
@@ -309,37 +319,89 @@ def import_trace(
     With ``strict`` the first bad row aborts the import and nothing is
     written; otherwise bad rows are skipped and counted.
     """
-    from slurm_acme.store.job_import import TraceWriter
-
     path = Path(path)
     if not cluster:
         raise InputError("--cluster: a cluster name is required")
-    counters: list[_CountingReader] = []
-    parser, records = iter_trace(path, counter=counters)
-    total_bytes = path.stat().st_size
-    result = ImportResult(path=str(path), cluster=cluster)
     started = time.perf_counter()
-    batch: list[tuple] = []
-    with TraceWriter(store, cluster=cluster, source=f"trace:{path.name}", fields=ROW_FIELDS) as writer:
-        for line, record in records:
-            row = parser.convert(record, line)
-            if isinstance(row, BadRow):
-                if strict:
-                    raise InputError(f"{row} (--strict: nothing imported)")
-                result.skipped += 1
-                if len(result.bad) < max_reported:
-                    result.bad.append(row)
-                continue
-            batch.append(row)
-            if len(batch) >= batch_size:
-                writer.write(batch)
-                result.rows += len(batch)
-                batch = []
-                if progress:
-                    progress(counters[0].count, total_bytes)
-        writer.write(batch)
-        result.rows += len(batch)
+    with TraceFile(path) as trace:
+        run = _Run(trace, ImportResult(path=str(path), cluster=cluster), strict, max_reported, progress)
+        source = f"trace:{path.name}"
+        if store.dialect == "sqlite":
+            _import_staged(store, run, cluster=cluster, source=source, batch_size=batch_size)
+        else:
+            _import_converted(store, run, cluster=cluster, source=source, batch_size=batch_size)
     if progress:
-        progress(total_bytes, total_bytes)
-    result.seconds = time.perf_counter() - started
-    return result
+        progress(run.trace.size, run.trace.size)
+    run.result.seconds = time.perf_counter() - started
+    return run.result
+
+
+def _import_staged(store, run: _Run, *, cluster: str, source: str, batch_size: int) -> None:  # type: ignore[no-untyped-def]
+    """Raw records go to a staging table; the store checks and converts them in bulk."""
+    from array import array
+
+    from slurm_acme.store.job_import import StagedJobImport
+
+    trace, width = run.trace, run.trace.width
+    lines = array("q")  # staging rowid n -> file line lines[n - 1]
+    misshapen: list[BadRow] = []  # the first few records of the wrong width
+    misshapen_count = 0
+    with StagedJobImport(store, cluster=cluster, source=source, columns=trace.columns) as stage:
+        batch: list[list[str]] = []
+        try:
+            for record in trace.reader:
+                if len(record) == width:
+                    batch.append(record)
+                    lines.append(trace.reader.line_num)
+                    if len(batch) >= batch_size:
+                        stage.add(batch)
+                        batch = []
+                        run.tick()
+                elif record:
+                    misshapen_count += 1
+                    if len(misshapen) < run.max_reported:
+                        misshapen.append(run.wrong_width(record))
+        except (UnicodeDecodeError, csv.Error) as exc:
+            raise trace.unreadable(exc) from None
+        stage.add(batch)
+        bad_count, first_bad = stage.find_bad(limit=run.max_reported)
+        found = [
+            BadRow(str(trace.path), lines[rowid - 1], column.name, value, describe_problem(column, value))
+            for rowid, position, value in first_bad
+            if (column := trace.columns[position]) is not None
+        ]
+        # Report in file order, so --strict names the first bad row of the file.
+        for row in sorted(misshapen + found, key=lambda b: b.line):
+            run.bad(row)
+        run.result.skipped += (bad_count - len(found)) + (misshapen_count - len(misshapen))
+        run.result.rows = stage.merge()
+
+
+def _import_converted(store, run: _Run, *, cluster: str, source: str, batch_size: int) -> None:  # type: ignore[no-untyped-def]
+    """Rows are checked and converted here and streamed to the store (``COPY``)."""
+    from slurm_acme.store.job_import import TraceWriter
+
+    trace = run.trace
+    converter = RowConverter(trace.columns, str(trace.path))
+    with TraceWriter(store, cluster=cluster, source=source, fields=converter.targets) as writer:
+        batch: list[tuple] = []
+        try:
+            for record in trace.reader:
+                if len(record) != trace.width:
+                    if record:
+                        run.bad(run.wrong_width(record))
+                    continue
+                row = converter.convert(record, trace.reader.line_num)
+                if isinstance(row, BadRow):
+                    run.bad(row)
+                    continue
+                batch.append(row)
+                if len(batch) >= batch_size:
+                    writer.write(batch)
+                    run.result.rows += len(batch)
+                    batch = []
+                    run.tick()
+        except (UnicodeDecodeError, csv.Error) as exc:
+            raise trace.unreadable(exc) from None
+        writer.write(batch)
+        run.result.rows += len(batch)

@@ -171,3 +171,41 @@ def test_cli_unreachable_database_is_exit_2(tmp_path):
     proc = run_cli("--db", "postgresql://nobody@127.0.0.1:1/none", "import-trace", str(path), "--cluster", "s")
     assert proc.returncode == 2
     assert "unreachable" in proc.stderr and "Traceback" not in proc.stderr
+
+
+HEADER = SEREN.splitlines()[0].split(",")
+GOOD = "9,u,1,8,16,Eval,COMPLETED,2023-07-01 08:00:00+08:00,2023-07-01 08:00:10+08:00,2023-07-01 08:01:10+08:00,60,10,480".split(",")
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("job_id", ""),
+        ("node_num", "-1"),
+        ("gpu_num", "8.5"),
+        ("cpu_num", "1e3"),
+        ("duration", "1e5"),
+        ("queue", "1.2.3"),
+        ("gpu_time", "nan"),
+        ("state", "completed"),
+        ("submit_time", "2023-02-31 08:00:00+08:00"),
+        ("start_time", "2023-07-01 24:00:00+08:00"),
+        ("end_time", "12345"),
+        ("end_time", "2023-07-01 08:00:00 +08:00"),
+    ],
+)
+def test_each_rule_rejects_the_same_values_on_every_backend(store, tmp_path, column, value):
+    record = list(GOOD)
+    record[HEADER.index(column)] = value
+    other = ["10", *GOOD[1:]]
+    path = write(tmp_path, "one.csv", ",".join(HEADER) + "\n" + ",".join(record) + "\n" + ",".join(other) + "\n")
+    result = import_trace(store, path, cluster="s")
+    assert (result.rows, result.skipped) == (1, 1)
+    assert result.bad[0].column == column and result.bad[0].line == 2
+
+
+def test_fractional_seconds_are_kept(store, tmp_path):
+    record = list(GOOD)
+    record[HEADER.index("submit_time")] = "2023-07-01 08:00:00.250+08:00"
+    import_trace(store, write(tmp_path, "f.csv", ",".join(HEADER) + "\n" + ",".join(record) + "\n"), cluster="s")
+    assert rows_by_id(store)["9"]["submit_ts"] == JULY_1_UTC + 0.25
