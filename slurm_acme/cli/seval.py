@@ -51,7 +51,12 @@ def _first_word(args: list[str]) -> int | None:
 @common_options
 @click.pass_context
 def seval(ctx: click.Context, config_path: str | None, db_url: str | None) -> None:
-    """Evaluate checkpoints fast: node-local preload, CPU scoring jobs, prior-based packing."""
+    """Evaluate checkpoints fast: node-local preload, CPU scoring jobs, prior-based packing.
+
+    \b
+    seval CKPT --datasets all [--nodes N] [--dry-run]   plan (and submit) an evaluation
+    seval status [EVAL_ID] | results CKPT | cancel EVAL_ID | simulate
+    """
     ctx.obj = AppContext(config_path=config_path, db_url=db_url)
 
 
@@ -177,12 +182,30 @@ def status(app: AppContext, eval_id: str | None, as_json: bool) -> None:
 
     queue = {j.array_job_id or j.job_id: j.state.value for j in default_client().squeue(run_.job_ids.values())}
     jobs = {key: {"job_id": jid, "state": queue.get(jid, "DONE")} for key, jid in run_.job_ids.items()}
+    progress = _progress(run_.run_dir)
     if as_json:
-        click.echo(json.dumps({"eval_id": eval_id, "state": run_.state, "jobs": jobs}))
+        click.echo(json.dumps({"eval_id": eval_id, "state": run_.state, "jobs": jobs, "progress": progress}))
         return
+    _err(f"seval: {progress['inferred']}/{progress['trials']} trial(s) inferred, "
+         f"{progress['scored']}/{progress['trials']} scored")
     click.echo(f"{eval_id}: {run_.state}")
     for key, info in jobs.items():
         click.echo(f"  {key}\t{info['job_id']}\t{info['state']}")
+
+
+def _progress(run_dir: str) -> dict[str, int]:
+    """Trials inferred and scored so far, from the files the jobs leave in the run dir."""
+    from pathlib import Path
+
+    from slurm_acme.evaluate.spec import read_spec
+
+    root = Path(run_dir)
+    try:
+        trials = len(read_spec(root).trials)
+    except (OSError, ValueError, KeyError):
+        trials = 0
+    return {"trials": trials, "inferred": len(list((root / "timing").glob("t*.json"))),
+            "scored": len(list((root / "score").glob("t*.json")))}
 
 
 @seval.command("results")
@@ -222,9 +245,32 @@ def cancel(app: AppContext, eval_id: str) -> None:
     run_ = store_eval.get_run(store, eval_id)
     if run_ is None:
         raise InputError(f"no evaluation {eval_id!r} in the store")
-    default_client().scancel(list(run_.job_ids.values()))
+    slurm = default_client(app.config.slurm.command_timeout_s)
+    slurm.scancel(list(run_.job_ids.values()))
     store_eval.set_run_state(store, eval_id, "CANCELLED", finished=True)
-    _err(f"seval: cancelled {len(run_.job_ids)} job(s) of {eval_id}")
+    cleaned = _submit_cleanups(app, slurm, run_.run_dir)
+    _err(f"seval: cancelled {len(run_.job_ids)} job(s) of {eval_id}; "
+         f"{cleaned} cleanup job(s) remove the node-local copies")
+
+
+def _submit_cleanups(app: AppContext, slurm, run_dir: str) -> int:  # type: ignore[no-untyped-def]
+    """Cancelling also cancelled the cleanup jobs; resubmit them without dependencies."""
+    from pathlib import Path
+
+    from slurm_acme.evaluate.spec import read_spec
+    from slurm_acme.evaluate.submit import SubmitSettings, build_job_plan
+
+    try:
+        spec = read_spec(Path(run_dir))
+    except (OSError, ValueError, KeyError):
+        return 0
+    cfg = app.config.evaluate
+    settings = SubmitSettings(partition=cfg.partition, cpu_partition=cfg.cpu_partition,
+                              time_limit=cfg.time_limit)
+    jobs = [j for j in build_job_plan(spec, Path(run_dir), settings, "jobs").jobs if j.key.startswith("cleanup-")]
+    for job in jobs:
+        slurm.sbatch(list(job.options), job.script)
+    return len(jobs)
 
 
 @seval.command("simulate")
