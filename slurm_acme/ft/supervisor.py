@@ -22,10 +22,23 @@ from pathlib import Path
 from slurm_acme import exitcodes
 from slurm_acme.errors import InputError
 from slurm_acme.ft import policy
-from slurm_acme.ft.deps import (Checkpoint, Finding, HealthResult, LogWatcher,
-                                health_check, healthy_checkpoints, make_watcher)
-from slurm_acme.ft.launch import (Launch, master_port, node_addr, resolve_address,
-                                  srun_argv, training_env)
+from slurm_acme.ft.deps import (
+    Checkpoint,
+    Finding,
+    HealthResult,
+    LogWatcher,
+    health_check,
+    healthy_checkpoints,
+    make_watcher,
+)
+from slurm_acme.ft.launch import (
+    Launch,
+    master_port,
+    node_addr,
+    resolve_address,
+    srun_argv,
+    training_env,
+)
 from slurm_acme.ft.metrics import MetricsTail
 from slurm_acme.ft.requeue import spawn_detached
 from slurm_acme.ft.spec import TrainSpec

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from test_ft_support import fresh_dir, sacme, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -4,7 +4,6 @@ resumes from the async checkpoint -> completes; ``sacme status`` shows all of it
 from __future__ import annotations
 
 import pytest
-
 from test_ft_support import fresh_dir, metrics, sacme, submit, wait_run, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from test_ft_support import REPO, fresh_dir, metrics, sacme, status, submit, wait_run, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from test_ft_support import fresh_dir, sacme, submit, wait_run, write_spec
 
 from slurm_acme import exitcodes
-from test_ft_support import fresh_dir, sacme, submit, wait_run, write_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
