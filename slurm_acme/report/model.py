@@ -13,11 +13,27 @@ Section shapes (all numbers floats):
 - ``scale``: ``gpu_time_cdf`` = ``[{"gpus": 2**k, "share": ..}]`` (share of
   GPU time in jobs of at most that many GPUs), ``share_gpu_time_ge_256``.
 - ``states``: ``by_count`` and ``by_gpu_time`` shares of completed,
-  cancelled, failed and other GPU jobs.
-- ``utilisation``/``power``: ``None`` without samples.
-- ``failures``: ``None`` without failures; else ``by_category`` and
-  ``by_origin`` rows.
-- ``compare``: ``None`` unless asked; else rows, this cluster first.
+  cancelled (``CANCELLED`` and ``CANCELLED by N``), failed (``FAILED``,
+  ``TIMEOUT``, ``NODE_FAIL``, ``OUT_OF_MEMORY``, ``BOOT_FAIL``, ``DEADLINE``)
+  and other (still running, ``PREEMPTED``, ...) GPU jobs.
+- ``utilisation``: GPU samples in the period: share at 0 % utilisation,
+  median utilisation and SM activity, share with framebuffer >= 75 % used;
+  node samples: median CPU and memory utilisation. ``power``: median power
+  of GPU samples at 0 % utilisation ("idle"), share of GPU samples above the
+  TDP (``report.tdp_watts``), and the GPU share of GPU-server power (per
+  server, mean total GPU draw over mean server draw, summed over servers with
+  both). Both ``None`` without samples. Samples count by their own time
+  stamp; with ``--user``/``--type`` only samples of the selected jobs count
+  and the node-level figures are ``None`` (a node is shared).
+- ``failures``: failures whose time stamp falls in the period, per
+  (origin, category) and per origin: count, share of failed GPU time
+  (``gpus * time_to_failure_s``), mean GPUs, median time to failure and
+  median recovery time. ``None`` without failures.
+- ``compare``: ``None`` unless asked; else rows, this cluster first, then the
+  shipped AcmeTrace summary rows (Seren, Kalos, Philly, Helios, PAI).
+
+Jobs belong to a period by submit time (UTC). Every GPU-job figure uses
+``gpus > 0``. Quantiles are nearest rank (see :mod:`slurm_acme.store.report`).
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def _states(r: Report) -> Table:
 def _pairs(title: str, data: dict[str, Any]) -> Table:
     t = _table(title, ["figure", "value"])
     for key, value in data.items():
-        t.add_row(key, fmt(value, "share" if key.endswith("share") else "num"))
+        t.add_row(key, fmt(value, "share" if "share" in key else "num"))
     return t
 
 
