@@ -137,9 +137,22 @@ def score_external_trial(spec, run_dir: Path, trial) -> list[dict]:  # type: ign
     else:
         scores = read_lm_eval_results(out)
     rows = []
-    for shard, (name, tool) in zip(trial.shards, names):
-        metric, value = scores.get(tool, ("missing", 0.0))
+    for shard, (name, tool) in zip(trial.shards, names, strict=True):
+        found = lookup_score(scores, tool, name)
+        metric, value = found or ("missing", 0.0)
         total = shard.stop - shard.start
         rows.append({"dataset": name, "key": shard.key, "metric": metric, "correct": value * total,
-                     "total": total if tool in scores else 0, "cpu_s": 0.0})
+                     "total": total if found else 0, "cpu_s": 0.0})
     return rows
+
+
+def lookup_score(scores: dict[str, tuple[str, float]], tool: str, name: str) -> tuple[str, float] | None:
+    """A dataset's score: by the tool's name, the registry name, or the mean of its
+    subsets (OpenCompass writes one result per subset, e.g. ``lukaemon_mmlu_anatomy``)."""
+    for key in (tool, name):
+        if key in scores:
+            return scores[key]
+    parts = [v for k, v in scores.items() if name.lower() in k.lower()]
+    if not parts:
+        return None
+    return parts[0][0], sum(v for _, v in parts) / len(parts)
