@@ -9,6 +9,7 @@ A central store that is down only delays flushing: the spool keeps the rows.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from slurm_acme.telemetry.summary import node_share
 
 log = logging.getLogger("acme.collectd")
 MARK_POLL_S = 1.0
+NVIDIA_DRIVER = "/proc/driver/nvidia"
 
 
 class Collector:
@@ -62,6 +64,10 @@ class Collector:
                 log.info("%s: sampler %s on", s.node, sampler.name)
             else:
                 log.warning("%s: sampler %s skipped: %s", s.node, sampler.name, reason)
+        if any(a.name == "synthetic" for a in self.active) and os.path.exists(NVIDIA_DRIVER):
+            log.warning("%s: SYNTHETIC GPU data is on but this node has an NVIDIA driver (%s); "
+                        "set telemetry.synthetic_gpus = 0 to measure the real GPUs",
+                        s.node, NVIDIA_DRIVER)
         self.next_flush = self.clock()
 
     def close(self) -> None:
