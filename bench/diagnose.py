@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import random
-import re
 import resource
 import shutil
 import subprocess
@@ -31,10 +30,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from slurm_acme.diagnose import diagnose  # noqa: E402
-from slurm_acme.diagnose.api import default_rulebook  # noqa: E402
-from slurm_acme.diagnose.corpus import load_corpus  # noqa: E402
-from slurm_acme.diagnose.evaluation import evaluate  # noqa: E402
+from slurm_acme.diagnose import diagnose
+from slurm_acme.diagnose.api import default_rulebook
+from slurm_acme.diagnose.corpus import load_corpus
+from slurm_acme.diagnose.evaluation import evaluate
 
 RANKS = 8
 
@@ -157,7 +156,7 @@ def embedded_accuracy(cases, seed: int = 11) -> dict:
 
 def timed(argv: list[str], **kwargs) -> tuple[float, subprocess.CompletedProcess]:
     start = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, **kwargs)
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, **kwargs)
     return time.perf_counter() - start, proc
 
 

@@ -39,7 +39,7 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b(\d+\.){3}\d+(:\d+|<\d+>)?"), "<IP>"),
     (re.compile(r"\b[0-9a-f]*\d[0-9a-f]*[a-f][0-9a-f]*\b|\b[0-9a-f]*[a-f][0-9a-f]*\d[0-9a-f]*\b"), "<HEX>"),
     (re.compile(r"(?<![\w.-])[A-Za-z][\w.-]*\d[\w.-]*(?=:\d+:\d+ \[)"), "<HOST>"),
-    (re.compile(r"\b(node|host|gpu|nid|cn)[-_]?\d+\b", re.I), "<HOST>"),
+    (re.compile(r"\b(node|host|gpu|nid|cn)[-_]?\d+\b", re.IGNORECASE), "<HOST>"),
     (re.compile(r"\d+(\.\d+)?([eE][-+]?\d+)?"), "<N>"),
 )
 

@@ -69,7 +69,7 @@ def build_messages(log_text: str, neighbours: Sequence[tuple[LabelledCase, float
 def parse_answer(content: str) -> Proposal | None:
     """The model's JSON answer (tolerating ``` fences), or None if unusable."""
     text = content.strip()
-    fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.S)
+    fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
     if fenced:
         text = fenced.group(1)
     start, end = text.find("{"), text.rfind("}")

@@ -95,7 +95,7 @@ def parse_rule(data: Any, source: str) -> Rule:
     rid = data.get("id", "?")
     unknown = set(data) - RULE_KEYS
     if unknown:
-        raise InputError(f"{source}: rule {rid!r}: unknown field {sorted(unknown)[0]!r} (valid: {', '.join(sorted(RULE_KEYS))})")
+        raise InputError(f"{source}: rule {rid!r}: unknown field {min(unknown)!r} (valid: {', '.join(sorted(RULE_KEYS))})")
     for key in ("id", "pattern", "category", "origin", "action"):
         if not isinstance(data.get(key), str) or not data[key]:
             raise InputError(f"{source}: rule {rid!r}: missing field {key!r}")
@@ -142,7 +142,7 @@ def parse_rule_file(text: str, source: str) -> RuleFile:
         raise InputError(f"{source}: expected a mapping with a 'rules' list")
     unknown = set(data) - {"version", "rules", "prefilter", "node_patterns", "disable", "ignore"}
     if unknown:
-        raise InputError(f"{source}: unknown field {sorted(unknown)[0]!r} (valid: version, rules, prefilter, node_patterns, disable, ignore)")
+        raise InputError(f"{source}: unknown field {min(unknown)!r} (valid: version, rules, prefilter, node_patterns, disable, ignore)")
     rules = data.get("rules") or []
     if not isinstance(rules, list):
         raise InputError(f"{source}: 'rules' must be a list")

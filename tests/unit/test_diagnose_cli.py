@@ -11,8 +11,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from slurm_acme.cli.main import sacme
-from slurm_acme.store import open_store
 from slurm_acme.store import failures as db
+from slurm_acme.store import open_store
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "diagnose"
 
@@ -48,7 +48,7 @@ def test_explain_shows_rule_and_compressed_log(tmp_path):
 
 def test_missing_file_is_one_line_and_exit_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "slurm_acme", "diagnose", "--no-store", str(tmp_path / "gone.log")],
-                          capture_output=True, text=True, env={**os.environ, "ACME_CONF": ""})
+                          capture_output=True, text=True, env={**os.environ, "ACME_CONF": ""}, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"sacme: error: {tmp_path / 'gone.log'}: log file not found"
     assert proc.stdout == ""

@@ -85,8 +85,9 @@ def test_empty_input_is_unknown():
 
 
 def test_nccl_host_prefix_names_the_node():
-    verdict = diagnose(["node4:1234:5678 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion "
-                        "from peer 10.0.0.2<53249> with error 12, opcode 0, len 0, vendor err 129"])
+    line = ("node4:1234:5678 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion "
+            "from peer 10.0.0.2<53249> with error 12, opcode 0, len 0, vendor err 129")
+    verdict = diagnose([line])
     assert (verdict.category, verdict.node, verdict.action) == ("NetworkError", "node4", "requeue_exclude_node")
 
 

@@ -19,7 +19,7 @@ from slurm_acme.diagnose.llm import LLMAgent, LLMSettings, parse_answer
 
 NEW_FAILURE = [
     "step 900 ok",
-    "mmfsd: GPFS daemon lost quorum; filesystem scratch unmounted",
+    "tokenizer shard checksum drift detected on shard 17 (manifest says 9f2c)",
     "train.py aborted by the wrapper",
 ]
 
@@ -33,7 +33,7 @@ class FakeEndpoint:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
                 answer = outer.answers.pop(0) if outer.answers else {}
@@ -64,8 +64,8 @@ def endpoint() -> Iterator[FakeEndpoint]:
     fake.close()
 
 
-GOOD = {"category": "StorageError", "origin": "infrastructure", "action": "requeue",
-        "regex": "GPFS daemon lost quorum", "confidence": 0.8, "reason": "parallel filesystem outage"}
+GOOD = {"category": "DataCorruption", "origin": "framework", "action": "rollback",
+        "regex": "shard checksum drift detected", "confidence": 0.8, "reason": "a data shard changed under the job"}
 
 
 def agent(endpoint: FakeEndpoint, learned: list | None = None) -> LLMAgent:
@@ -79,10 +79,11 @@ def test_llm_answers_what_rules_and_retrieval_cannot_and_its_rule_is_learned(end
     learned: list = []
     verdict = diagnose(NEW_FAILURE, cases=[], llm=agent(endpoint, learned))
     assert (verdict.category, verdict.origin, verdict.action, verdict.source) == (
-        "StorageError", "infrastructure", "requeue", "llm")
-    assert verdict.evidence == ("mmfsd: GPFS daemon lost quorum; filesystem scratch unmounted",)
+        "DataCorruption", "framework", "rollback", "llm")
+    assert verdict.evidence == (NEW_FAILURE[1],)
     [(rule, text)] = learned
-    assert rule.pattern == "GPFS daemon lost quorum" and "GPFS" in text
+    assert rule.pattern == "shard checksum drift detected" and "checksum drift" in text
+    assert rule.keywords == ("shard checksum drift detected",)  # the line has no prefilter keyword
     book = default_rulebook().with_rules([rule])
     again = diagnose(NEW_FAILURE, rulebook=book, cases=[])
     assert (again.source, again.rule_id) == ("rule", rule.id)
@@ -96,11 +97,11 @@ def test_request_carries_model_key_compressed_log_and_nearest_cases(endpoint):
     assert request["path"] == "/v1/chat/completions"
     assert request["model"] == "fake-model" and request["auth"] == "Bearer sekrit"
     user = request["messages"][-1]["content"]
-    assert "GPFS daemon lost quorum" in user and "Nearest labelled cases" in user and "category=" in user
+    assert "checksum drift detected" in user and "Nearest labelled cases" in user and "category=" in user
 
 
 def test_over_broad_regex_is_not_learned_because_it_mislabels_the_corpus(endpoint):
-    endpoint.answers.append({**GOOD, "regex": "[Ee]rror|GPFS"})
+    endpoint.answers.append({**GOOD, "regex": "[Ee]rror|checksum drift"})
     learned: list = []
     llm = agent(endpoint, learned)
     verdict = diagnose(NEW_FAILURE, cases=[], llm=llm)
@@ -109,7 +110,7 @@ def test_over_broad_regex_is_not_learned_because_it_mislabels_the_corpus(endpoin
 
 
 def test_regex_that_misses_its_own_case_is_not_learned(endpoint):
-    endpoint.answers.append({**GOOD, "regex": "Lustre OST offline"})
+    endpoint.answers.append({**GOOD, "regex": "parity mismatch in shard"})
     llm = agent(endpoint, [])
     diagnose(NEW_FAILURE, cases=[], llm=llm)
     assert llm.learned == [] and "does not match" in llm.last_verdict.reason
@@ -157,6 +158,6 @@ def test_cli_with_llm_enabled_stores_the_learned_rule_and_uses_it_next_time(endp
     assert json.loads(first.output)["source"] == "llm"
     second = runner.invoke(sacme, ["--config", str(config), "--db", db, "diagnose", str(log), "--json"], catch_exceptions=False)
     data = json.loads(second.output)
-    assert (data["source"], data["category"]) == ("rule", "StorageError")
-    assert data["rule_id"].startswith("learned-StorageError-")
+    assert (data["source"], data["category"]) == ("rule", "DataCorruption")
+    assert data["rule_id"].startswith("learned-DataCorruption-")
     assert len(endpoint.requests) == 1

@@ -7,8 +7,8 @@ from slurm_acme.diagnose.corpus import LabelledCase
 from slurm_acme.diagnose.retrieval import CaseIndex, tokens
 
 CASES = [
-    LabelledCase("gpfs-1", "StorageError", "infrastructure", "mmfsd: GPFS daemon lost quorum, filesystem fs1 unmounted"),
-    LabelledCase("gpfs-2", "StorageError", "infrastructure", "GPFS quorum lost on fs2; unmounting filesystem"),
+    LabelledCase("bee-1", "StorageError", "infrastructure", "beegfs-client: metadata quorum lost, scratch detached"),
+    LabelledCase("bee-2", "StorageError", "infrastructure", "BeeGFS metadata quorum lost on fs2; scratch detached"),
     LabelledCase("lr-1", "SchedulerBug", "script", "lr scheduler stepped before optimizer warmup finished"),
 ]
 
@@ -19,10 +19,10 @@ def test_tokens_split_camel_case_and_mask_numbers():
 
 def test_nearest_case_proposes_its_category_with_similarity_as_confidence():
     index = CaseIndex(CASES)
-    verdict = index.propose("node7 kernel: GPFS quorum lost, filesystem unmounted", threshold=0.2)
+    verdict = index.propose("node7 kernel: beegfs metadata quorum lost, scratch detached", threshold=0.2)
     assert (verdict.category, verdict.origin, verdict.source) == ("StorageError", "infrastructure", "retrieval")
     assert 0.2 <= verdict.confidence <= 1.0
-    assert "gpfs" in verdict.evidence[0]
+    assert "bee-" in verdict.evidence[0]
 
 
 def test_below_threshold_is_unknown_not_a_guess():
@@ -37,7 +37,7 @@ def test_held_out_case_cannot_find_itself():
 
 
 def test_diagnose_falls_back_to_retrieval_when_no_rule_fires():
-    verdict = diagnose(["mmfsd: GPFS daemon lost quorum; fs1 unmounted on node3"], cases=CASES, threshold=0.2)
+    verdict = diagnose(["beegfs: metadata quorum lost; scratch detached on node3"], cases=CASES, threshold=0.2)
     assert (verdict.category, verdict.source) == ("StorageError", "retrieval")
     assert verdict.action == "requeue"
 

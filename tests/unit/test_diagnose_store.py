@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from slurm_acme.config import DiagnosisConfig
 from slurm_acme.diagnose import diagnose
 from slurm_acme.diagnose.corpus import load_corpus
 from slurm_acme.diagnose.kit import learned_rules, load_kit, seed_cases
-from slurm_acme.config import DiagnosisConfig
 from slurm_acme.store import failures as db
 
 
@@ -28,11 +28,11 @@ def test_seeding_cases_is_idempotent_and_dedups_by_text(store):
 
 
 def test_learned_rules_round_trip_and_join_the_book(store):
-    db.save_rule(store, {"id": "learned-X-1", "pattern": "GPFS quorum lost", "category": "StorageError",
-                         "origin": "infrastructure", "action": "requeue", "keywords": ["GPFS quorum"]})
+    db.save_rule(store, {"id": "learned-X-1", "pattern": "beegfs quorum lost", "category": "StorageError",
+                         "origin": "infrastructure", "action": "requeue", "keywords": ["beegfs quorum"]})
     [rule] = learned_rules(store)
-    assert (rule.id, rule.keywords) == ("learned-X-1", ("GPFS quorum",))
+    assert (rule.id, rule.keywords) == ("learned-X-1", ("beegfs quorum",))
     kit = load_kit(DiagnosisConfig(), store)
     assert kit.rulebook.rules[-1].id == "learned-X-1"
-    verdict = diagnose(["mmfsd: GPFS quorum lost on fs1"], rulebook=kit.rulebook, cases=kit.index)
+    verdict = diagnose(["client: beegfs quorum lost on fs1"], rulebook=kit.rulebook, cases=kit.index)
     assert (verdict.source, verdict.rule_id) == ("rule", "learned-X-1")
