@@ -116,6 +116,8 @@ class EvaluateConfig(_Section):
     cpus_per_score_task: int = Field(default=2, ge=1)
     #: Seconds a trial pays before inference: engine start + loading from node-local memory.
     trial_overhead_s: float = Field(default=12.0, ge=0)
+    #: Storage bandwidth per node (Gb/s) for the planner's preload and baseline estimates.
+    storage_gbps: float = Field(default=25.0, gt=0)
     time_limit: str = "01:00:00"
     #: ``auto`` reads JobContainerType; ``allocation`` = one allocation per node with srun steps.
     mode: Literal["auto", "jobs", "allocation"] = "auto"
