@@ -57,9 +57,11 @@ def prepare(cfg: EvaluateConfig, checkpoint: str, datasets_spec: str, *, nodes: 
     size = size_b if size_b is not None else model_size_b(ckpt)
     priors = resolve_priors(datasets, size, measured)
     gpn = gpus_per_node or cfg.gpus_per_node
+    # One copy over the node's storage NIC; the baseline's jobs load gpn copies at once.
+    preload_s = size * 2 * 8 / cfg.storage_gbps
     res = Resources(nodes=len(nodes), gpus_per_node=gpn, cpu_slots=cfg.cpu_slots_per_node * len(nodes),
                     cpus_per_score_task=cfg.cpus_per_score_task, trial_overhead_s=cfg.trial_overhead_s,
-                    preload_s=min(cfg.trial_overhead_s, 5.0), remote_load_s=cfg.trial_overhead_s * 3)
+                    preload_s=preload_s, remote_load_s=preload_s * gpn)
     plan = plan_evaluation(datasets, priors, res, seed=seed, splittable=backend == "builtin")
     eval_id = eval_id or new_eval_id(ckpt)
     run_dir = Path(cfg.work_dir).expanduser() / eval_id

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,7 +151,3 @@ def execute(plan: JobPlan, slurm) -> dict[str, str]:  # type: ignore[no-untyped-
             slurm.scancel(list(ids.values()))
         raise SubmitFailed(f"submitting {job.key} failed, cancelled {len(ids)} submitted job(s): {exc}") from None
     return ids
-
-
-def dependency_summary(plan: JobPlan) -> Sequence[str]:
-    return [f"{j.key} <- " + ", ".join(f"{k}:{key}" for k, key in j.after) for j in plan.jobs if j.after]
