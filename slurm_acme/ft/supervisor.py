@@ -128,6 +128,10 @@ class Supervisor:
             history = [a for a in run_store.list_attempts(self.store, ctx.run_id)
                        if (a.attempt, a.job_id) != (ctx.attempt, ctx.job_id)]
         restarts_used = sum(1 for a in history if a.outcome in _RESTARTS)
+        if history:
+            prev = history[-1]
+            self.log(f"previous attempt {prev.attempt} (job {prev.job_id}) on {prev.nodelist}: "
+                     f"{prev.outcome}: {prev.details.get('reason', '-')}")
         skip = policy.merge_skips(*(policy.parse_skips(a.details.get("add_skip")) for a in history))
         rollbacks = [(a.end_ts or 0.0, int(a.details["rollback_before"]))
                      for a in history if a.details.get("rollback_before") is not None]

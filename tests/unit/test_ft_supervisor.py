@@ -153,3 +153,23 @@ def test_max_restarts_stops_the_third_failure(tmp_path) -> None:  # type: ignore
         codes.append(sup.run())
     assert codes == [exitcodes.SUPERVISOR_REQUEUE, exitcodes.SUPERVISOR_REQUEUE, exitcodes.SUPERVISOR_STOP]
     assert "max_restarts (2) reached" in rs.get_run(store, "r1").reason
+
+
+def test_time_limit_signal_is_forwarded_then_requeued_without_counting(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    body = ("import signal\n"
+            "def on_usr2(*_):\n"
+            "    metric('requeue', 4)\n"
+            "    sys.exit(76)\n"
+            "signal.signal(signal.SIGUSR2, on_usr2)\n"
+            "for s in range(1, 400):\n"
+            "    metric('step', s)\n"
+            "    time.sleep(0.05)\n")
+    sup, store, spawns = make(tmp_path, body, ft=", max_restarts: 0")
+    threading.Timer(2.0, lambda: setattr(sup.signals, "usr2", True)).start()
+    assert sup.run() == exitcodes.SUPERVISOR_REQUEUE
+    attempt = rs.list_attempts(store, "r1")[0]
+    assert attempt.outcome == "time_limit"
+    assert attempt.last_step is not None and attempt.last_step < 399
+    assert spawns.calls[0]["mode"] == "requeue"
