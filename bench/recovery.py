@@ -41,8 +41,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from slurm_acme.ft.metrics import read_records, useful_seconds  # noqa: E402
-from slurm_acme.slurm import JobState, Slurm  # noqa: E402
+from slurm_acme.ft.metrics import read_records, useful_seconds
+from slurm_acme.slurm import JobState, Slurm
 
 TRAINER = REPO / "examples" / "train_tiny_gpt.py"
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--batch-size", "4", "--seq-len", "32"]
