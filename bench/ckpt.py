@@ -115,65 +115,63 @@ def bench_acme(state: dict, root: Path, repeats: int, persist: str
     return stalls, persists
 
 
-def compute_step(a: torch.Tensor) -> None:
-    (a @ a).sum().item()
+def _python_step() -> None:
+    """Pure-Python work: holds the GIL, so it shows GIL contention with a persist thread."""
+    sum(i * i for i in range(20_000))
+
+
+_MATRIX = torch.randn(384, 384)
+
+
+def _torch_step() -> None:
+    """A small matmul: releases the GIL, so it shows CPU/memory-bandwidth contention."""
+    (_MATRIX @ _MATRIX).sum().item()
+
+
+def _mean_step_s(step, seconds: float) -> float:  # type: ignore[no-untyped-def]
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        step()
+        n += 1
+    return (time.perf_counter() - t0) / n
 
 
 def persist_interference(state: dict, root: Path, persist: str) -> dict:
-    """Mean time of a compute step alone vs while a persist runs in the background."""
-    a = torch.randn(384, 384)
-    for _ in range(5):
-        compute_step(a)
-    t0 = time.perf_counter()
-    n = 200
-    for _ in range(n):
-        compute_step(a)
-    alone = (time.perf_counter() - t0) / n
+    """Slowdown of a training-like loop while a persist runs, against the same loop
+    measured just before and just after (the machine is shared, so both sides)."""
     ck = AsyncCheckpointer(root / f"interfere_{persist}", keep=1, persist=persist)
+    out: dict = {}
     try:
         ck.save(1, state)
         ck.wait()  # warm the arena and the persist worker
-        ck.save(2, state)
-        t0 = time.perf_counter()
-        steps = 0
-        while ck.busy:
-            compute_step(a)
-            steps += 1
-        during = (time.perf_counter() - t0) / max(steps, 1)
-        result = ck.wait()
+        for i, (kind, step) in enumerate((("python", _python_step), ("torch", _torch_step))):
+            before = _mean_step_s(step, 2.0)
+            ck.save(2 + i, state)
+            n, t0 = 0, time.perf_counter()
+            while ck.busy:
+                step()
+                n += 1
+            during = (time.perf_counter() - t0) / max(n, 1)
+            result = ck.wait()
+            after = _mean_step_s(step, 2.0)
+            out[kind] = {"step_s_alone": (before + after) / 2, "step_s_during_persist": during,
+                         "slowdown": during / ((before + after) / 2),
+                         "persist_s": result.persist_s if result else None}
     finally:
         ck.close()
-    return {"step_s_alone": alone, "step_s_during_persist": during,
-            "slowdown": during / alone, "persist_s": result.persist_s if result else None}
+    return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--gb", type=float, default=1.2, help="state size in GB (>= 1)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    root = Path(tempfile.mkdtemp(prefix="acme-bench-ckpt-", dir=args.dir))
-    try:
-        state, nbytes = build_state(args.gb)
-        print(f"state: {nbytes / 1e9:.2f} GB in {root}", file=sys.stderr)
-        ts_sync, ts_nofsync = bench_torch_save(state, root, args.repeats)
-        print(f"torch.save: {statistics.median(ts_sync):.3f}s", file=sys.stderr)
-        dcp_stall, dcp_total = bench_dcp_async(state, root, args.repeats)
-        print(f"dcp async_save: {statistics.median(dcp_stall):.3f}s", file=sys.stderr)
-        acme_stall, acme_persist = bench_acme(state, root, args.repeats, "thread")
-        print(f"acme: {statistics.median(acme_stall):.3f}s", file=sys.stderr)
-        proc_stall, proc_persist = bench_acme(state, root, args.repeats, "process")
-        interference = {p: persist_interference(state, root, p) for p in ("thread", "process")}
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+def stall_comparison(state: dict, root: Path, repeats: int) -> dict:
     med = statistics.median
-    out = {
-        "state_bytes": nbytes,
-        "repeats": args.repeats,
-        "torch_threads": args.threads,
+    ts_sync, ts_nofsync = bench_torch_save(state, root, repeats)
+    print(f"torch.save: {med(ts_sync):.3f}s", file=sys.stderr)
+    dcp_stall, dcp_total = bench_dcp_async(state, root, repeats)
+    print(f"dcp async_save: {med(dcp_stall):.3f}s", file=sys.stderr)
+    acme_stall, acme_persist = bench_acme(state, root, repeats, "thread")
+    print(f"acme: {med(acme_stall):.3f}s", file=sys.stderr)
+    proc_stall, proc_persist = bench_acme(state, root, repeats, "process")
+    return {
         "stall_s_torch_save": med(ts_sync),
         "stall_s_torch_save_no_fsync": med(ts_nofsync),
         "stall_s_dcp_async": med(dcp_stall),
@@ -187,8 +185,33 @@ def main() -> None:
         "background_s_acme_process": med(proc_persist),
         "stalls_s": {"torch_save": ts_sync, "dcp_async": dcp_stall, "acme_thread": acme_stall,
                      "acme_process": proc_stall},
-        "persist_interference": interference,
     }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gb", type=float, default=1.2, help="state size in GB (>= 1)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--part", choices=("all", "stall", "persist"), default="all",
+                        help="stall: the three-way comparison; persist: thread vs process")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    root = Path(tempfile.mkdtemp(prefix="acme-bench-ckpt-", dir=args.dir))
+    out: dict = {}
+    try:
+        state, nbytes = build_state(args.gb)
+        out.update(state_bytes=nbytes, repeats=args.repeats, torch_threads=args.threads,
+                   load_avg_1m=os.getloadavg()[0], cpus=os.cpu_count())
+        print(f"state: {nbytes / 1e9:.2f} GB in {root}", file=sys.stderr)
+        if args.part in ("all", "stall"):
+            out.update(stall_comparison(state, root, args.repeats))
+        if args.part in ("all", "persist"):
+            out["persist_interference"] = {p: persist_interference(state, root, p)
+                                           for p in ("thread", "process")}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(out, indent=1))
 
 

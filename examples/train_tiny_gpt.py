@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from slurm_acme import exitcodes
-from slurm_acme.ckpt.checkpointer import AsyncCheckpointer
+from slurm_acme.ckpt.checkpointer import AsyncCheckpointer, CheckpointMismatch
 from slurm_acme.ckpt.collective import all_reduce_max, init_distributed
 from slurm_acme.ckpt.faults import FaultInjector
 from slurm_acme.ckpt.guard import LossSpikeGuard
@@ -132,8 +132,12 @@ def main(argv: list[str] | None = None) -> int:
 
     metrics = MetricsWriter.from_env(env.rank)
     guard = LossSpikeGuard(metrics, ratio=args.spike_ratio, warmup=args.spike_warmup)
-    faults = FaultInjector.from_env()
-    skips = skip_steps_from_env()
+    try:
+        faults = FaultInjector.from_env()
+        skips = skip_steps_from_env()
+    except ValueError as exc:
+        print(f"train_tiny_gpt: error: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
     ckpt_dir = args.ckpt_dir or os.environ.get("ACME_CKPT_DIR") or "checkpoints"
     ckpt = AsyncCheckpointer(ckpt_dir, keep=args.keep, policy=args.ckpt_policy,
                              format=args.ckpt_format, persist=args.persist,
@@ -141,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     stop = StopRequest()
 
     start = 1
-    resumed = ckpt.resume()
+    try:
+        resumed = ckpt.resume()
+    except CheckpointMismatch as exc:
+        print(f"train_tiny_gpt: error: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
     if resumed is not None:
         start = restore(resumed.state, model, opt, sampler, guard) + 1
         metrics.write("resume", resumed.step, path=resumed.path)

@@ -120,7 +120,8 @@ class AsyncCheckpointer:
         self._group = collective.new_side_group(commit_timeout_s)
         self._inflight: threading.Thread | None = None
         self.results: list[PersistResult] = []
-        self.fs.makedirs(self.ckpt_dir) if self.rank == 0 else None
+        if self.rank == 0:
+            self.fs.makedirs(self.ckpt_dir)
 
     # ---- saving -------------------------------------------------------------------------
 
