@@ -33,6 +33,9 @@ class QuietSignals(Signals):
 class FakeSlurm:
     timeout: float = 5.0
 
+    def show_hostnames(self, hostlist: str) -> list[str]:
+        return hostlist.split(",")
+
     def sinfo_nodes(self) -> list[NodeInfo]:
         return [NodeInfo(f"node{i}", "idle") for i in range(1, 5)]
 
@@ -173,3 +176,25 @@ def test_time_limit_signal_is_forwarded_then_requeued_without_counting(tmp_path)
     assert attempt.outcome == "time_limit"
     assert attempt.last_step is not None and attempt.last_step < 399
     assert spawns.calls[0]["mode"] == "requeue"
+
+
+def test_preflight_health_check_excludes_bad_node_before_launch(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    sup, store, spawns = make(tmp_path, "metric('done', 1)\n")
+    spec = sup.spec.model_copy(update={
+        "nodes": 2,
+        "fault_tolerance": sup.spec.fault_tolerance.model_copy(update={"health_check": "allgather"})})
+    sup.spec = spec
+    sup.ctx = JobContext(**{**sup.ctx.__dict__, "nodelist": "node1,node2"})
+    checked = []
+
+    def health(nodes, **kw):  # type: ignore[no-untyped-def]
+        checked.append(list(nodes))
+        return HealthResult(bad_nodes=("node2",), good_nodes=("node1",))
+
+    sup.health = health
+    assert sup.run() == exitcodes.SUPERVISOR_REQUEUE
+    assert checked == [["node1", "node2"]]
+    attempt = rs.list_attempts(store, "r1")[0]
+    assert (attempt.outcome, attempt.excluded) == ("requeue", ["node2"])
+    assert spawns.calls[0]["exclude"] == ["node2"]
+    assert not (tmp_path / "env.json").exists(), "the trainer must not start on a bad allocation"
