@@ -73,7 +73,7 @@ def conclude(
     """Rules, then retrieval, then the LLM agent, on what ``diagnoser`` saw."""
     from slurm_acme.diagnose.retrieval import DEFAULT_THRESHOLD, as_index, query_text
 
-    verdict = diagnoser.result()
+    verdict = diagnoser.rule_result()
     if not verdict.is_unknown or diagnoser.lines_seen == 0:
         return verdict
     index = as_index(cases)

@@ -93,7 +93,7 @@ def evaluate(
     for case in cases:
         diagnoser = StreamingDiagnoser(rulebook)
         feed_lines(diagnoser, case.text.splitlines())
-        by_rules = diagnoser.result()
+        by_rules = diagnoser.rule_result()
         text = query_text(diagnoser)
         by_retrieval = index.propose(text, threshold=threshold, exclude=(case.id,), rulebook=rulebook)
         rules.add(case, by_rules)

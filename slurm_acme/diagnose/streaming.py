@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from slurm_acme.diagnose.compressor import LogCompressor
 from slurm_acme.diagnose.lines import DIGITS_TO_ZERO, decode, split_prefixes
@@ -32,10 +33,23 @@ _LINE_CAP = 8_000
 class StreamingDiagnoser:
     """Compress and diagnose a log as it streams in, across ranks."""
 
-    def __init__(self, rulebook: RuleBook | None = None, *, compressor: LogCompressor | None = None) -> None:
+    def __init__(
+        self,
+        rulebook: RuleBook | None = None,
+        *,
+        compressor: LogCompressor | None = None,
+        cases: Any = None,
+        retrieval: bool = True,
+        threshold: float | None = None,
+    ) -> None:
+        """``cases`` (a CaseIndex or labelled cases; None: the shipped corpus) are
+        searched by :meth:`result` when no rule fires, unless ``retrieval`` is off."""
         from slurm_acme.diagnose.api import default_rulebook
 
         self.rulebook = rulebook if rulebook is not None else default_rulebook()
+        self.cases = cases
+        self.retrieval = retrieval
+        self.threshold = threshold
         self.compressor = compressor if compressor is not None else LogCompressor()
         self.events: list[FailureEvent] = []
         self.block: RootCauseBlock | None = None
@@ -165,7 +179,15 @@ class StreamingDiagnoser:
 
     # -- answers ------------------------------------------------------
     def result(self) -> Diagnosis:
-        """The diagnosis so far (rules only; see :func:`slurm_acme.diagnose.diagnose`)."""
+        """The diagnosis so far: the rules, then (if on) the nearest labelled cases."""
+        if not self.retrieval:
+            return self.rule_result()
+        from slurm_acme.diagnose.api import conclude
+
+        return conclude(self, cases=self.cases, threshold=self.threshold)
+
+    def rule_result(self) -> Diagnosis:
+        """What the rules alone say (``unknown`` when none fired)."""
         chosen = select_root_cause(self.events, self.rulebook, self.block)
         if chosen is None:
             return unknown_diagnosis()

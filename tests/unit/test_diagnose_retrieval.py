@@ -46,3 +46,15 @@ def test_retrieval_action_follows_the_rule_book_for_known_categories():
     cases = [LabelledCase("k", "KeyError", "script", "batch lookup failed for missing field tokens")]
     verdict = diagnose(["batch lookup failed for missing field tokens"], cases=cases, threshold=0.2)
     assert (verdict.category, verdict.action) == ("KeyError", "stop")
+
+
+def test_streaming_result_falls_back_to_retrieval_unless_switched_off():
+    from slurm_acme.diagnose import StreamingDiagnoser
+
+    live = StreamingDiagnoser(cases=CASES, threshold=0.2)
+    live.feed("beegfs: metadata quorum lost; scratch detached", rank=0, node="node1")
+    assert (live.result().category, live.result().source) == ("StorageError", "retrieval")
+    assert live.rule_result().is_unknown
+    rules_only = StreamingDiagnoser(cases=CASES, threshold=0.2, retrieval=False)
+    rules_only.feed("beegfs: metadata quorum lost; scratch detached")
+    assert rules_only.result().is_unknown
