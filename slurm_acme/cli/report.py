@@ -28,6 +28,15 @@ def report(app: AppContext, month: str | None, since: str | None, until: str | N
            out: str | None, plots: str | None, compare: bool) -> None:
     """Characterise a cluster's jobs, utilisation, power and failures (paper s3-s5).
 
+    \b
+    Sections: overview, workload, durations, scale, states, utilisation,
+    power, failures, compare (--format json has exactly these keys).
+    Jobs count in the period their submit time (UTC) falls in; GPU-job
+    figures use jobs with gpus > 0; TIMEOUT, NODE_FAIL, OUT_OF_MEMORY,
+    BOOT_FAIL and DEADLINE count as failed. Percentiles are nearest rank:
+    the ceil(p*n/100)-th smallest value. Shares are fractions 0..1.
+    Users outside report.admin_group (acme.toml) see only their own jobs.
+
     Exit 0 (also for an empty period, which the report says), 2 for a bad
     month, an unknown cluster or type, or an unwritable --out.
     """
