@@ -35,7 +35,10 @@ def all_reduce_max(values: list[int]) -> list[int]:
     """Element-wise max over ranks (an OR for 0/1 flags); identity when single-process."""
     if not is_distributed():
         return list(values)
-    t = torch.tensor(values, dtype=torch.int64)
+    device = "cpu"
+    if dist.get_backend() == "nccl":  # NCCL reduces device tensors only
+        device = f"cuda:{torch.cuda.current_device()}"
+    t = torch.tensor(values, dtype=torch.int64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return [int(v) for v in t.tolist()]
 

@@ -142,3 +142,25 @@ def _assert_export_loads(path: Path) -> None:
     model, tok = load_pretrained(path)
     out = model.generate(torch.tensor([tok.encode("def ")]), max_new_tokens=5, temperature=0)
     assert out.shape == (1, 9)
+
+
+def test_a_spike_on_one_rank_makes_every_rank_roll_back_in_the_same_step(tmp_path: Path
+                                                                         ) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    procs = []
+    for rank in (0, 1):
+        env = _env(tmp_path, ACME_FAULTS="spike:step=7,rank=1,factor=50", RANK=str(rank),
+                   WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=port)
+        procs.append(subprocess.Popen([sys.executable, str(TRAIN), "--steps", "10", *SMALL],
+                                      env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+    codes = [p.wait(timeout=300) for p in procs]
+    assert codes == [exitcodes.TRAIN_ROLLBACK, exitcodes.TRAIN_ROLLBACK]
+    spikes = [m for m in read_metrics(tmp_path / "metrics.jsonl") if m["event"] == "spike"]
+    assert sorted((m["step"], m["rank"]) for m in spikes) == [(7, 0), (7, 1)]
+    assert latest_healthy(tmp_path / "ckpt").step == 4  # type: ignore[union-attr]
