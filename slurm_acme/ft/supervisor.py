@@ -121,56 +121,21 @@ class Supervisor:
         ctx = self.ctx
         Path(ctx.run_dir).mkdir(parents=True, exist_ok=True)
         nodes = self.slurm.show_hostnames(ctx.nodelist) if ctx.nodelist else []
-        history = [a for a in run_store.list_attempts(self.store, ctx.run_id)
-                   if (a.attempt, a.job_id) != (ctx.attempt, ctx.job_id)]
-        if history and history[-1].end_ts is None or (history and history[-1].outcome == "killed"):
-            self._close_lost(history[-1])
-            history = [a for a in run_store.list_attempts(self.store, ctx.run_id)
-                       if (a.attempt, a.job_id) != (ctx.attempt, ctx.job_id)]
+        history = self._history()
         restarts_used = sum(1 for a in history if a.outcome in _RESTARTS)
-        if history:
-            prev = history[-1]
-            self.log(f"previous attempt {prev.attempt} (job {prev.job_id}) on {prev.nodelist}: "
-                     f"{prev.outcome}: {prev.details.get('reason', '-')}")
         skip = policy.merge_skips(*(policy.parse_skips(a.details.get("add_skip")) for a in history))
         rollbacks = [(a.end_ts or 0.0, int(a.details["rollback_before"]))
                      for a in history if a.details.get("rollback_before") is not None]
-        ckpt_dir = str(Path(ctx.workdir) / Path(self.spec.checkpoint.dir).expanduser())
-        self.ckpt_dir = ckpt_dir
-        healthy = self.checkpoints(ckpt_dir)
-        resume = policy.resume_point(healthy, rollbacks)
-        start = time.time()
-        run_store.start_attempt(self.store, run_id=ctx.run_id, attempt=ctx.attempt,
-                                job_id=ctx.job_id, nodelist=",".join(nodes), start_ts=start,
-                                resumed_from_step=resume.step if resume else None,
-                                resumed_from=resume.path if resume else None, skip_steps=skip)
-        run_store.update_run(self.store, ctx.run_id, state="RUNNING", last_job_id=ctx.job_id)
-        if history and history[-1].failure_id:
-            run_store.set_failure_recovery(self.store, history[-1].failure_id,
-                                           start - (history[-1].end_ts or start))
-        self.log(f"attempt {ctx.attempt} of run {ctx.run_id} (job {ctx.job_id}) on "
-                 f"{','.join(nodes)}; resume from "
-                 f"{resume.path if resume else 'scratch'}; skip {skip or '-'}")
+        self.ckpt_dir = str(Path(ctx.workdir) / Path(self.spec.checkpoint.dir).expanduser())
+        resume = policy.resume_point(self.checkpoints(self.ckpt_dir), rollbacks)
+        start = self._record_start(nodes, history, resume, skip)
         self.signals.install()
 
-        if self.spec.fault_tolerance.health_check == "allgather" and len(nodes) >= 2:
-            bad = self._health(nodes, "pre-flight")
-            if bad:
-                finding = Finding(category="health_check", origin="infrastructure",
-                                  action="requeue_exclude_node", node=bad[0],
-                                  evidence=(f"pre-flight allgather failed on {','.join(bad)}",),
-                                  source="health")
-                decision = policy.decide(policy.AttemptEnd(exit_code=None, finding=finding),
-                                         restarts_used=restarts_used,
-                                         max_restarts=self.spec.fault_tolerance.max_restarts)
-                if decision.requeues:
-                    decision = policy.Decision(policy.REQUEUE, f"pre-flight health check: bad "
-                                               f"node(s) {','.join(bad)}", exclude=tuple(bad),
-                                               finding=finding)
-                return self._finish(decision, start=start, history=history, last_step=None,
-                                    last_ckpt_ts=None, exit_code=None, nodes=nodes)
-
-        launch = self._launch(nodes, ckpt_dir, resume, skip)
+        preflight = self._preflight(nodes, restarts_used)
+        if preflight is not None:
+            return self._finish(preflight, start=start, history=history, last_step=None,
+                                last_ckpt_ts=None, exit_code=None, nodes=nodes)
+        launch = self._launch(nodes, self.ckpt_dir, resume, skip)
         end, last_step, last_ckpt_ts = self._watch(launch, start)
         if self.signals.term and not self.signals.requeue_pending:
             return self._killed(start, last_step, last_ckpt_ts)
@@ -184,6 +149,41 @@ class Supervisor:
                             last_ckpt_ts=last_ckpt_ts, exit_code=end.exit_code, nodes=nodes)
 
     # -------------------------------------------------------- previous
+    def _history(self) -> list[run_store.AttemptRow]:
+        """Earlier attempts of this run; one that left no decision is closed first."""
+        ctx = self.ctx
+
+        def earlier() -> list[run_store.AttemptRow]:
+            return [a for a in run_store.list_attempts(self.store, ctx.run_id)
+                    if (a.attempt, a.job_id) != (ctx.attempt, ctx.job_id)]
+
+        history = earlier()
+        if history and (history[-1].end_ts is None or history[-1].outcome == "killed"):
+            self._close_lost(history[-1])
+            history = earlier()
+        if history:
+            prev = history[-1]
+            self.log(f"previous attempt {prev.attempt} (job {prev.job_id}) on {prev.nodelist}: "
+                     f"{prev.outcome}: {prev.details.get('reason', '-')}")
+        return history
+
+    def _record_start(self, nodes: Sequence[str], history: Sequence[run_store.AttemptRow],
+                      resume: Checkpoint | None, skip: str) -> float:
+        ctx = self.ctx
+        start = time.time()
+        run_store.start_attempt(self.store, run_id=ctx.run_id, attempt=ctx.attempt,
+                                job_id=ctx.job_id, nodelist=",".join(nodes), start_ts=start,
+                                resumed_from_step=resume.step if resume else None,
+                                resumed_from=resume.path if resume else None, skip_steps=skip)
+        run_store.update_run(self.store, ctx.run_id, state="RUNNING", last_job_id=ctx.job_id)
+        if history and history[-1].failure_id:
+            run_store.set_failure_recovery(self.store, history[-1].failure_id,
+                                           start - (history[-1].end_ts or start))
+        self.log(f"attempt {ctx.attempt} of run {ctx.run_id} (job {ctx.job_id}) on "
+                 f"{','.join(nodes)}; resume from {resume.path if resume else 'scratch'}; "
+                 f"skip {skip or '-'}")
+        return start
+
     def _close_lost(self, prev: run_store.AttemptRow) -> None:
         """The previous attempt ended without a decision: NODE_FAIL or a kill."""
         down: list[str] = []
@@ -205,6 +205,25 @@ class Supervisor:
                               outcome=outcome, exit_code=prev.exit_code, excluded=down,
                               last_step=prev.last_step, time_lost_s=prev.time_lost_s,
                               failure_id=prev.failure_id, detail=detail)
+
+    def _preflight(self, nodes: Sequence[str], restarts_used: int) -> policy.Decision | None:
+        """The pre-flight allgather check; a decision only when it found bad nodes."""
+        if self.spec.fault_tolerance.health_check != "allgather" or len(nodes) < 2:
+            return None
+        bad = self._health(nodes, "pre-flight")
+        if not bad:
+            return None
+        finding = Finding(category="health_check", origin="infrastructure",
+                          action="requeue_exclude_node", node=bad[0],
+                          evidence=(f"pre-flight allgather failed on {','.join(bad)}",),
+                          source="health")
+        decision = policy.decide(policy.AttemptEnd(exit_code=None, finding=finding),
+                                 restarts_used=restarts_used,
+                                 max_restarts=self.spec.fault_tolerance.max_restarts)
+        if not decision.requeues:
+            return decision
+        return policy.Decision(policy.REQUEUE, f"pre-flight health check: bad node(s) "
+                               f"{','.join(bad)}", exclude=tuple(bad), finding=finding)
 
     # ---------------------------------------------------------- health
     def _health(self, nodes: Sequence[str], why: str) -> list[str]:
