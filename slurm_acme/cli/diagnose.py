@@ -14,6 +14,8 @@ from slurm_acme.errors import InputError
 
 def _progress_for(path: str):  # type: ignore[no-untyped-def]
     """A rich progress bar on stderr for big files read from a terminal session."""
+    if path == "-":
+        return None, None
     size = Path(path).stat().st_size
     if size < (64 << 20) or not sys.stderr.isatty():
         return None, None
@@ -27,7 +29,7 @@ def _progress_for(path: str):  # type: ignore[no-untyped-def]
 
 
 @click.command("diagnose")
-@click.argument("logs", nargs=-1, required=True)
+@click.argument("logs", nargs=-1, required=True, metavar="LOG...")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per log (JSON lines) on stdout.")
 @click.option("--explain", is_flag=True, help="Also show the rule, the compressed log and compression stats.")
 @click.option("--job-id", default=None, help="Job these logs belong to (stored with the diagnosis).")
@@ -39,13 +41,16 @@ def diagnose(app: AppContext, logs: tuple[str, ...], as_json: bool, explain: boo
     """Diagnose failed runs from their logs: category, origin, action, culprit node.
 
     Rules first, then the nearest labelled cases, then (if configured) the
-    LLM agent. Every diagnosis is stored in the failures table.
+    LLM agent. Every diagnosis is stored in the failures table. LOG may be
+    ``-`` for stdin; files of any size are streamed in bounded memory.
     """
     from slurm_acme.diagnose.api import conclude, scan_file
     from slurm_acme.diagnose.kit import load_kit
     from slurm_acme.store import failures as db
 
     for path in logs:
+        if path == "-":
+            continue
         if not Path(path).is_file():
             raise InputError(f"{path}: log file not found" if not Path(path).exists() else f"{path}: not a regular file")
     store = None if no_store else app.store()
@@ -64,7 +69,7 @@ def diagnose(app: AppContext, logs: tuple[str, ...], as_json: bool, explain: boo
             click.echo(f"sacme: warning: {kit.llm.last_error}", err=True)
         if store is not None:
             db.record_failure(store, verdict.to_dict(), cluster=app.config.cluster.name,
-                              job_id=job_id, log_path=str(Path(path).resolve()))
+                              job_id=job_id, log_path="<stdin>" if path == "-" else str(Path(path).resolve()))
         _render(path, verdict, diagnoser, kit.rulebook, as_json=as_json, explain=explain)
 
 

@@ -8,7 +8,9 @@ replacement characters only for the few lines anyone looks at.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +22,9 @@ MAX_LINE_BYTES = 64 << 10
 
 
 def open_log(path: str | os.PathLike[str]):  # type: ignore[no-untyped-def]
-    """Open a log for binary reading; a one-line :class:`InputError` if we can't."""
+    """Open a log for binary reading (``-`` is stdin); a one-line :class:`InputError` if we can't."""
+    if str(path) == "-":
+        return contextlib.nullcontext(sys.stdin.buffer)
     path = Path(path)
     try:
         if path.is_dir():

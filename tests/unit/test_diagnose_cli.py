@@ -63,3 +63,9 @@ def test_empty_and_binary_logs_are_diagnosed_without_error(tmp_path):
     first, second = (json.loads(line) for line in result.output.splitlines())
     assert first["category"] == "unknown"
     assert second["category"] == "KeyError"
+
+
+def test_dash_reads_the_log_from_stdin():
+    result = CliRunner().invoke(sacme, ["diagnose", "--no-store", "--json", "-"],
+                                input="step 1\nRuntimeError: CUDA error: uncorrectable ECC error encountered\n")
+    assert json.loads(result.output)["category"] == "ECCError"
