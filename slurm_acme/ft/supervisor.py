@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_acme import exitcodes
-from slurm_acme.errors import InputError
+from slurm_acme.errors import AcmeError, InputError
 from slurm_acme.ft import policy
 from slurm_acme.ft.deps import (
     Checkpoint,
@@ -232,7 +232,7 @@ class Supervisor:
             result = self.health(nodes, job_id=self.ctx.job_id,
                                  timeout_s=self.spec.fault_tolerance.health_timeout,
                                  gpus_per_node=self.spec.gpus_per_node)
-        except (SlurmError, OSError, RuntimeError) as exc:
+        except (AcmeError, OSError, RuntimeError) as exc:
             self.log(f"{why} health check could not run: {exc}")
             return []
         self.log(f"{why} health check: bad nodes {list(result.bad_nodes) or 'none'}")
@@ -374,6 +374,10 @@ class Supervisor:
         deadline = time.time() + self.requeue_wait_s
         while time.time() < deadline and not self.signals.term:
             time.sleep(self.poll_s)
+        if not self.signals.term and self.requeue_wait_s > 0:
+            run_store.update_run(self.store, ctx.run_id, state="STOPPED",
+                                 reason=f"{decision.reason}; but the job was not requeued within "
+                                 f"{self.requeue_wait_s:g}s (see {ctx.run_dir}/requeue-helper.log)")
         return decision.exit_code
 
     def _record_checkpoints(self) -> None:
