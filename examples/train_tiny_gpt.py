@@ -58,7 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ckpt-policy", choices=("wait", "skip"), default="wait",
                    help="what a save does while the previous one is still persisting")
     p.add_argument("--ckpt-format", choices=("acme", "dcp"), default="acme")
-    p.add_argument("--persist", choices=("thread", "process"), default="thread")
+    p.add_argument("--persist", choices=("auto", "thread", "process"), default="auto",
+                   help="background writer: auto = process (measured best), thread")
     p.add_argument("--batch-size", type=int, default=16, help="per-rank batch size")
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--n-layer", type=int, default=2)

@@ -8,12 +8,15 @@ read it) and reused for every save with the same tensor layout.
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 
 import torch
 
 ALIGN = 64
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,15 @@ def plan_layout(tensors: list[torch.Tensor]) -> tuple[list[TensorSlot], int]:
     return slots, offset
 
 
+def shm_free_bytes(path: str = "/dev/shm") -> int:
+    """Free space of the tmpfs that backs POSIX shared memory (0 if it is missing)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0
+    return st.f_bavail * st.f_frsize
+
+
 class HostArena:
     """One flat byte buffer holding a copy of every tensor of the last snapshot."""
 
@@ -65,11 +77,26 @@ class HostArena:
         if self.shared:
             self.shm = shared_memory.SharedMemory(create=True, size=max(size, 1))
             self.buffer = torch.frombuffer(self.shm.buf, dtype=torch.uint8, count=max(size, 1))
+            if self.pin:
+                self._register_pinned()
         else:
             self.buffer = torch.empty(max(size, 1), dtype=torch.uint8, pin_memory=self.pin)
         self.buffer.zero_()  # fault pages in now, not during the first timed copy
         self.size = size
         self.reallocations += 1
+
+    def _register_pinned(self) -> None:
+        """Page-lock the shared arena so device-to-host copies are DMA, as with pin_memory."""
+        rc = torch.cuda.cudart().cudaHostRegister(self.buffer.data_ptr(), self.buffer.numel(), 0)
+        if int(rc) != 0:
+            log.warning("could not pin the shared checkpoint arena (cudaHostRegister=%s); "
+                        "device-to-host copies will be slower", rc)
+            self.pin = False
+
+    def needs_bytes(self, tensors: list[torch.Tensor]) -> int:
+        """Bytes a new allocation would need for `tensors` (0 if the arena fits already)."""
+        slots, size = plan_layout(tensors)
+        return 0 if slots == self.slots and size <= self.buffer.numel() else size
 
     def snapshot(self, tensors: list[torch.Tensor]) -> list[TensorSlot]:
         """Copy `tensors` into the arena (re-planning only if the layout changed)."""
@@ -97,6 +124,8 @@ class HostArena:
         return memoryview(self.buffer.numpy()).cast("B")[:self.size]
 
     def release(self) -> None:
+        if self.shm is not None and self.pin and self.buffer.numel():
+            torch.cuda.cudart().cudaHostUnregister(self.buffer.data_ptr())
         self.buffer = torch.empty(0, dtype=torch.uint8)
         if self.shm is not None:
             self.shm.close()

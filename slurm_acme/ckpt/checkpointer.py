@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_acme.ckpt import collective
-from slurm_acme.ckpt.arena import HostArena
+from slurm_acme.ckpt.arena import HostArena, shm_free_bytes
 from slurm_acme.ckpt.fsio import LocalFS
 from slurm_acme.ckpt.manifest import (
     MANIFEST_NAME,
@@ -95,7 +95,7 @@ class AsyncCheckpointer:
     """
 
     def __init__(self, ckpt_dir: str | os.PathLike, *, keep: int = 3, policy: str = "wait",
-                 format: str = "acme", persist: str = "thread", fs: LocalFS | None = None,
+                 format: str = "acme", persist: str = "auto", fs: LocalFS | None = None,
                  on_event: EventSink | None = None, commit_timeout_s: float = 300.0) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy={policy!r}; expected one of {POLICIES}")
@@ -148,6 +148,7 @@ class AsyncCheckpointer:
         else:
             self.wait()  # reap a finished thread
         skeleton, tensors = flatten(state)
+        self._ensure_shm_room(tensors)
         slots = self.arena.snapshot(tensors)
         header = encode_header(skeleton, [s.as_json() for s in slots], self.arena.size)
         self._inflight = threading.Thread(target=self._persist, args=(step, header),
@@ -155,6 +156,22 @@ class AsyncCheckpointer:
         self._inflight.start()
         return SaveReport(step, "started", waited, time.perf_counter() - t0,
                           len(header) + self.arena.size)
+
+    def _ensure_shm_room(self, tensors: list) -> None:
+        """A process persister needs the arena in /dev/shm; if that tmpfs is too small
+        (containers often give it 64 MB), persist from a thread instead of crashing."""
+        need = self.arena.needs_bytes(tensors)
+        if not self.arena.shared or not need:
+            return
+        free = shm_free_bytes() + self.arena.size
+        if free >= need * 1.05:
+            return
+        log.warning("/dev/shm has %d bytes free, the checkpoint arena needs %d: persisting "
+                    "from a thread instead of a process", free, need)
+        self.persister.close()
+        self.arena.release()
+        self.persister = make_persister("thread", self.fs)
+        self.arena = HostArena(shared=False)
 
     def wait(self) -> PersistResult | None:
         """Block until the in-flight persist (if any) has finished; return its result."""

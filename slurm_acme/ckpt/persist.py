@@ -110,11 +110,19 @@ class ProcessPersister:
         self._proc = None
 
 
+#: Measured (bench/ckpt.py, persist_interference): a training-like loop slows down less
+#: while a child process persists than while a thread in the training process does.
+DEFAULT_PERSIST = "process"
+
+
 def make_persister(kind: str, fs: LocalFS | None = None) -> Persister:
+    """`auto` is the measured default (process), or thread when a custom `fs` is given."""
+    if kind == "auto":
+        kind = "thread" if fs is not None else DEFAULT_PERSIST
     if kind == "thread":
         return ThreadPersister(fs)
     if kind == "process":
         if fs is not None:
             raise ValueError("a custom filesystem is only supported with persist='thread'")
         return ProcessPersister()
-    raise ValueError(f"persist={kind!r}; expected 'thread' or 'process'")
+    raise ValueError(f"persist={kind!r}; expected 'auto', 'thread' or 'process'")

@@ -255,3 +255,21 @@ def test_latest_healthy_skips_a_checkpoint_with_a_missing_shard(tmp_path: Path) 
     (tmp_path / "step_00000002" / "rank00000.acme").unlink()
     assert latest_healthy(tmp_path).step == 1  # type: ignore[union-attr]
     assert latest_healthy(tmp_path, max_step=0) is None
+
+
+def test_default_persister_is_the_measured_process_one(tmp_path: Path) -> None:
+    ck = AsyncCheckpointer(tmp_path)
+    assert ck.persister.name == "process" and ck.arena.shared
+    ck.close()
+
+
+def test_too_small_dev_shm_falls_back_to_a_thread_with_a_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("slurm_acme.ckpt.checkpointer.shm_free_bytes", lambda: 1024)
+    ck = AsyncCheckpointer(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        ck.save(1, _state(1.0))
+    assert ck.wait().committed  # type: ignore[union-attr]
+    assert ck.persister.name == "thread" and "/dev/shm has 1024 bytes free" in caplog.text
+    ck.close()
