@@ -42,7 +42,7 @@ def diagnose(app: AppContext, logs: tuple[str, ...], as_json: bool, explain: boo
 
     Rules first, then the nearest labelled cases, then (if configured) the
     LLM agent. Every diagnosis is stored in the failures table. LOG may be
-    ``-`` for stdin; files of any size are streamed in bounded memory.
+    '-' for stdin; files of any size are streamed in bounded memory.
     """
     from slurm_acme.diagnose.api import conclude, scan_file
     from slurm_acme.diagnose.kit import load_kit
@@ -114,8 +114,8 @@ def rules() -> None:
 def rules_test(app: AppContext, corpus: str | None, as_json: bool, threshold: float | None) -> None:
     """Accuracy per category and confusions of the rule book on a labelled corpus.
 
-    CORPUS is JSON lines with ``category``, ``origin`` and ``log`` (default:
-    the shipped corpus). Retrieval is scored leave-one-out.
+    CORPUS is JSON lines with "category", "origin" and "log" (default: the
+    shipped corpus). Retrieval is scored leave-one-out.
     """
     from slurm_acme.diagnose.corpus import load_corpus
     from slurm_acme.diagnose.evaluation import evaluate
