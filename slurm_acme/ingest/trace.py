@@ -337,44 +337,46 @@ def import_trace(
 
 
 def _import_staged(store, run: _Run, *, cluster: str, source: str, batch_size: int) -> None:  # type: ignore[no-untyped-def]
-    """Raw records go to a staging table; the store checks and converts them in bulk."""
-    from array import array
-
+    """Raw records go to the store in batches; it checks and converts them in bulk."""
     from slurm_acme.store.job_import import StagedJobImport
 
     trace, width = run.trace, run.trace.width
-    lines = array("q")  # staging rowid n -> file line lines[n - 1]
-    misshapen: list[BadRow] = []  # the first few records of the wrong width
-    misshapen_count = 0
     with StagedJobImport(store, cluster=cluster, source=source, columns=trace.columns) as stage:
         batch: list[list[str]] = []
+        lines: list[int] = []  # file line of each record in the batch
+        misshapen: list[BadRow] = []
+
+        def flush() -> None:
+            outcome = stage.load(batch, report=max(0, run.max_reported - len(run.result.bad)))
+            found = [
+                BadRow(str(trace.path), lines[index], column.name, value, describe_problem(column, value))
+                for index, position, value in outcome.first_bad
+                if (column := trace.columns[position]) is not None
+            ]
+            # In file order, so --strict names the first bad row of the file.
+            for row in sorted(misshapen + found, key=lambda b: b.line):
+                run.bad(row)
+            run.result.skipped += outcome.bad_count - len(found)
+            run.result.rows += outcome.merged
+            batch.clear()
+            lines.clear()
+            misshapen.clear()
+            run.tick()
+
         try:
             for record in trace.reader:
                 if len(record) == width:
                     batch.append(record)
                     lines.append(trace.reader.line_num)
                     if len(batch) >= batch_size:
-                        stage.add(batch)
-                        batch = []
-                        run.tick()
+                        flush()
                 elif record:
-                    misshapen_count += 1
-                    if len(misshapen) < run.max_reported:
-                        misshapen.append(run.wrong_width(record))
+                    misshapen.append(run.wrong_width(record))
+                    if len(misshapen) >= batch_size:
+                        flush()
         except (UnicodeDecodeError, csv.Error) as exc:
             raise trace.unreadable(exc) from None
-        stage.add(batch)
-        bad_count, first_bad = stage.find_bad(limit=run.max_reported)
-        found = [
-            BadRow(str(trace.path), lines[rowid - 1], column.name, value, describe_problem(column, value))
-            for rowid, position, value in first_bad
-            if (column := trace.columns[position]) is not None
-        ]
-        # Report in file order, so --strict names the first bad row of the file.
-        for row in sorted(misshapen + found, key=lambda b: b.line):
-            run.bad(row)
-        run.result.skipped += (bad_count - len(found)) + (misshapen_count - len(misshapen))
-        run.result.rows = stage.merge()
+        flush()
 
 
 def _import_converted(store, run: _Run, *, cluster: str, source: str, batch_size: int) -> None:  # type: ignore[no-untyped-def]

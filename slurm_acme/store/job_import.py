@@ -9,6 +9,7 @@ ON CONFLICT`` at the end, the way a site-scale store wants it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import TracebackType
 
 from slurm_acme.store.engine import Store
@@ -120,11 +121,16 @@ def _bad_predicate(kind: str, col: str, choices: Sequence[str]) -> str | None:
     if kind == "num":
         return f"({col} != '' AND ({col} GLOB '*[^0-9.]*' OR {col} GLOB '*.*.*' OR {col} = '.'))"
     if kind == "time":
+        # Cheap tests first: SQLite stops at the first true OR term, and the
+        # costly date normalisation runs only for days 29-31.
+        suffix = f"substr({col}, 20)"
         return (
             f"({col} != '' AND ({col} NOT GLOB '{_TIME_SHAPE}' OR julianday({col}) IS NULL"
-            f" OR date(substr({col}, 1, 10), '+0 days') IS NOT substr({col}, 1, 10)"
             f" OR substr({col}, 12, 2) > '23' OR substr({col}, 15, 2) > '59' OR substr({col}, 18, 2) > '59'"
-            f" OR rtrim(substr({col}, 20), '0123456789.+-:Z') != ''))"
+            f" OR NOT ({suffix} = '' OR {suffix} GLOB '[+-][0-9][0-9]:[0-9][0-9]'"
+            f" OR rtrim({suffix}, '0123456789.+-:Z') = '')"
+            f" OR (substr({col}, 9, 2) > '28'"
+            f" AND date(substr({col}, 1, 10), '+0 days') IS NOT substr({col}, 1, 10))))"
         )
     if kind == "enum":
         return f"{col} NOT IN ({', '.join(_sql_literal(c) for c in choices)})"
@@ -142,40 +148,67 @@ def _conversion(kind: str, col: str) -> str:
     return col
 
 
-class StagedJobImport:
-    """Bulk import into ``jobs`` on SQLite, at the speed of the sqlite3 shell.
+@dataclass(frozen=True)
+class StagedBatch:
+    """What one staged batch came to."""
 
-    Records are appended as raw text to a temporary table with one
-    ``executemany`` per batch; ``find_bad`` checks every rule in one scan and
-    ``merge`` converts and upserts the good rows with one ``INSERT ... SELECT``,
-    all inside one transaction (rolled back if the caller raises).
-    ``columns`` gives, per CSV position, an object with ``target``, ``kind``
-    and ``choices`` (``slurm_acme.ingest.trace.Column``), or None to ignore.
+    merged: int
+    bad_count: int
+    #: The first bad rows: (index in the batch, CSV position of the first bad column, its value).
+    first_bad: list[tuple[int, int, str]]
+
+
+class StagedJobImport:
+    """Bulk import into ``jobs`` on SQLite, at close to the sqlite3 shell's speed.
+
+    Each batch of records is appended as raw text to an in-memory temporary
+    table with one ``executemany``; one scan marks the rows that break a rule;
+    one ``INSERT ... SELECT`` converts and upserts the rest. Everything runs in
+    one transaction, rolled back if the caller raises. ``columns`` gives, per
+    CSV position, an object with ``target``, ``kind`` and ``choices``
+    (``slurm_acme.ingest.trace.Column``), or None to ignore that position.
     """
 
     def __init__(self, store: Store, *, cluster: str, source: str, columns: Sequence) -> None:
         if store.dialect != "sqlite":
             raise ValueError("StagedJobImport is the SQLite path; use TraceWriter")
         self.store = store
-        self.cluster = cluster
-        self.source = source
-        self.columns = list(columns)
-        self._width = len(self.columns)
+        self._width = len(columns)
         self._conn = None
         self._cursor = None
-        checks = [
-            (i, _bad_predicate(c.kind, f"c{i}", c.choices))
-            for i, c in enumerate(self.columns) if c is not None
-        ]
-        self._checks = [(i, p) for i, p in checks if p]
+        checks = [(i, _bad_predicate(c.kind, f"c{i}", c.choices)) for i, c in enumerate(columns) if c is not None]
+        checks = [(i, p) for i, p in checks if p]
+        any_bad = " OR ".join(p for _i, p in checks) or "0"
+        which = " ".join(f"WHEN {p} THEN {i}" for i, p in checks)
+        value = " ".join(f"WHEN {p} THEN c{i}" for i, p in checks)
+        used = [(i, c) for i, c in enumerate(columns) if c is not None]
+        targets = ["cluster", "source", *(c.target for _i, c in used)]
+        values = [_sql_literal(cluster), _sql_literal(source), *(_conversion(c.kind, f"c{i}") for i, c in used)]
+        update = ", ".join(f'"{t}" = excluded."{t}"' for t in targets if t not in _KEY)
+        marks = ", ".join("?" for _ in range(self._width))
+        self._sql_stage = f"INSERT INTO acme_stage VALUES ({marks})"
+        # Bad rows are found with one scan; their CASE columns are computed only for them.
+        self._sql_mark = f"INSERT INTO acme_bad SELECT rowid FROM acme_stage WHERE {any_bad}"
+        self._sql_first_bad = (
+            f"SELECT s.rowid, CASE {which} END, CASE {value} END FROM acme_stage s "
+            f"JOIN acme_bad b ON b.id = s.rowid ORDER BY s.rowid LIMIT ?"
+        )
+        self._sql_merge = (
+            f"INSERT INTO jobs ({', '.join(chr(34) + t + chr(34) for t in targets)}) "
+            f"SELECT {', '.join(values)} FROM acme_stage WHERE rowid NOT IN (SELECT id FROM acme_bad) "
+            f"ORDER BY rowid ON CONFLICT (cluster, job_id) DO UPDATE SET {update}"
+        )
 
     def __enter__(self) -> "StagedJobImport":
         self._conn = self.store.engine.raw_connection()
         self._cursor = self._conn.cursor()
         self._cursor.execute(f"PRAGMA cache_size=-{SQLITE_IMPORT_CACHE_KIB}")
+        self._cursor.execute("PRAGMA temp_store=MEMORY")
         self._cursor.execute("DROP TABLE IF EXISTS temp.acme_stage")
+        self._cursor.execute("DROP TABLE IF EXISTS temp.acme_bad")
         cols = ", ".join(f"c{i} TEXT" for i in range(self._width))
         self._cursor.execute(f"CREATE TEMP TABLE acme_stage ({cols})")
+        self._cursor.execute("CREATE TEMP TABLE acme_bad (id INTEGER PRIMARY KEY)")
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
@@ -186,43 +219,24 @@ class StagedJobImport:
             else:
                 self._conn.rollback()
             self._cursor.execute("DROP TABLE IF EXISTS temp.acme_stage")
+            self._cursor.execute("DROP TABLE IF EXISTS temp.acme_bad")
         finally:
             self._cursor.close()
             self._conn.close()
 
-    def add(self, records: Sequence[Sequence[str]]) -> None:
-        """Stage raw records (each exactly as wide as the header)."""
-        if records:
-            marks = ", ".join("?" for _ in range(self._width))
-            self._cursor.executemany(f"INSERT INTO acme_stage VALUES ({marks})", records)
-
-    def _any_bad(self) -> str:
-        return " OR ".join(p for _i, p in self._checks) or "0"
-
-    def find_bad(self, *, limit: int) -> tuple[int, list[tuple[int, int, str]]]:
-        """How many staged rows break a rule, and the first ``limit`` of them
-        as (staging rowid, CSV position of the first bad column, its value)."""
-        count = self._cursor.execute(f"SELECT count(*) FROM acme_stage WHERE {self._any_bad()}").fetchone()[0]
-        if not count:
-            return 0, []
-        which = " ".join(f"WHEN {p} THEN {i}" for i, p in self._checks)
-        value = " ".join(f"WHEN {p} THEN c{i}" for i, p in self._checks)
-        rows = self._cursor.execute(
-            f"SELECT rowid, CASE {which} END, CASE {value} END FROM acme_stage "
-            f"WHERE {self._any_bad()} ORDER BY rowid LIMIT ?", (limit,)
-        ).fetchall()
-        return count, [(int(r[0]), int(r[1]), r[2]) for r in rows]
-
-    def merge(self) -> int:
-        """Convert and upsert every good staged row; return how many."""
-        used = [(i, c) for i, c in enumerate(self.columns) if c is not None]
-        targets = ["cluster", "source", *(c.target for _i, c in used)]
-        values = [_sql_literal(self.cluster), _sql_literal(self.source),
-                  *(_conversion(c.kind, f"c{i}") for i, c in used)]
-        update = ", ".join(f'"{t}" = excluded."{t}"' for t in targets if t not in _KEY)
-        self._cursor.execute(
-            f"INSERT INTO jobs ({', '.join(f'{chr(34)}{t}{chr(34)}' for t in targets)}) "
-            f"SELECT {', '.join(values)} FROM acme_stage WHERE NOT ({self._any_bad()}) ORDER BY rowid "
-            f"ON CONFLICT (cluster, job_id) DO UPDATE SET {update}"
-        )
-        return self._cursor.execute(f"SELECT count(*) FROM acme_stage WHERE NOT ({self._any_bad()})").fetchone()[0]
+    def load(self, records: Sequence[Sequence[str]], *, report: int) -> StagedBatch:
+        """Stage, check, convert and upsert one batch (each record exactly as
+        wide as the header); describe up to ``report`` bad rows."""
+        if not records:
+            return StagedBatch(0, 0, [])
+        cur = self._cursor
+        cur.execute("DELETE FROM acme_stage")  # rowids restart at 1: rowid n is records[n - 1]
+        cur.execute("DELETE FROM acme_bad")
+        cur.executemany(self._sql_stage, records)
+        cur.execute(self._sql_mark)
+        bad_count = cur.execute("SELECT count(*) FROM acme_bad").fetchone()[0]
+        first_bad = []
+        if bad_count and report > 0:
+            first_bad = [(int(r[0]) - 1, int(r[1]), r[2]) for r in cur.execute(self._sql_first_bad, (report,))]
+        cur.execute(self._sql_merge)
+        return StagedBatch(len(records) - bad_count, bad_count, first_bad)
