@@ -187,7 +187,16 @@ class AsyncCheckpointer:
         self.arena.release()
 
     def _persist(self, step: int, header: bytes) -> None:
+        """Worker-thread entry: a bug inside still leaves a failed result for `wait()`."""
         t0 = time.perf_counter()
+        try:
+            self._persist_and_commit(step, header, t0)
+        except BaseException as exc:
+            self.results.append(PersistResult(step, False, False, time.perf_counter() - t0, 0,
+                                              f"persist worker crashed: {exc!r}"))
+            raise
+
+    def _persist_and_commit(self, step: int, header: bytes, t0: float) -> None:
         step_path = self.ckpt_dir / step_dir_name(step)
         records: list[ShardRecord] = []
         error: str | None = None
