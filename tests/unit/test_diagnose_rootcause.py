@@ -73,8 +73,8 @@ def test_nccl_info_chatter_is_never_evidence():
 def test_start_up_warnings_that_mention_errors_do_not_hide_the_real_failure():
     verdict = diagnose([
         "node1:11:11 [0] NCCL WARN NET/Plugin : Plugin load returned 2 : libnccl-net.so: cannot open shared object file",
-        "W dso_loader.cc:64] Could not load dynamic library 'libcudart.so.11.0'; dlerror: libcudart.so.11.0: "
-        "cannot open shared object file: No such file or directory",
+        ("W dso_loader.cc:64] Could not load dynamic library 'libcudart.so.11.0'; dlerror: libcudart.so.11.0: "
+        "cannot open shared object file: No such file or directory"),
         "/opt/x/torch/cuda/__init__.py:88: UserWarning: CUDA initialization: CUDA driver initialization failed",
         "KeyError: 'tokens'",
     ])
