@@ -2,7 +2,8 @@
 
 When no rule fires, the failure may still look like one seen before. The
 query (the end of the compressed log) is compared with every labelled case
-by cosine similarity of TF-IDF vectors (numpy; no model weights to ship).
+by cosine similarity of TF-IDF vectors (numpy; no model weights to ship),
+both reduced to their salient lines (errors, warnings, signals).
 The neighbours vote by similarity; if the best similarity is below the
 threshold the answer is ``unknown``, not a guess.
 """
@@ -42,6 +43,20 @@ STOPWORDS = frozenset(["a", "an", "and", "are", "as", "at", "be", "by", "for", "
 _DEFAULT_ACTION = {"infrastructure": "requeue", "framework": "stop", "script": "stop"}
 
 
+#: Lines that carry the failure; a case or query is compared on these alone
+#: (progress and stack frames differ between any two logs).
+SALIENT = re.compile(
+    r"rror|ERROR|Exception|[Ff]ail|FAIL|nan|NaN|[Kk]illed|Xid|NCCL|WARN|[Tt]imeout|[Tt]imed out|Errno|"
+    r"[Aa]bort|[Ff]ault|refused|lost|Assertion|exitcode|[Ss]ignal|OOM|oom|CANCELLED|reempt|OVERFLOW|verflow|mismatch"
+)
+
+
+def salient(text: str) -> str:
+    """The lines of ``text`` that look like failure evidence (all of it if none do)."""
+    lines = [line for line in text.splitlines() if SALIENT.search(line)]
+    return "\n".join(lines) if lines else text
+
+
 def tokens(text: str) -> list[str]:
     """Words, lower-cased, with CamelCase parts added (OutOfMemoryError -> out, memory, ...)."""
     out: list[str] = []
@@ -61,7 +76,7 @@ class CaseIndex:
 
     def __init__(self, cases: Sequence[LabelledCase]) -> None:
         self.cases = list(cases)
-        counts = [Counter(tokens(c.text)) for c in self.cases]
+        counts = [Counter(tokens(salient(c.text))) for c in self.cases]
         df: Counter[str] = Counter()
         for count in counts:
             df.update(count.keys())
@@ -84,7 +99,7 @@ class CaseIndex:
     def similarities(self, text: str) -> np.ndarray:
         if not self.cases:
             return np.zeros(0, dtype=np.float32)
-        return self.matrix @ self._vector(Counter(tokens(text)))
+        return self.matrix @ self._vector(Counter(tokens(salient(text))))
 
     def nearest(
         self, text: str, k: int = NEIGHBOURS, *, exclude: Iterable[str] = (), min_shared: int = 0
@@ -92,7 +107,7 @@ class CaseIndex:
         """The ``k`` most similar cases (skipping ids in ``exclude``), best first."""
         if not self.cases:
             return []
-        query = self._vector(Counter(tokens(text)))
+        query = self._vector(Counter(tokens(salient(text))))
         sims = self.matrix @ query
         skip = set(exclude)
         order = np.argsort(-sims, kind="stable")
