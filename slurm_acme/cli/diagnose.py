@@ -148,6 +148,9 @@ def _print_report(report) -> None:  # type: ignore[no-untyped-def]
                         ("retrieval only (LOO)", report.retrieval_only)):
         console.print(f"{name}: category {score.category_accuracy:.3f}, origin {score.origin_accuracy:.3f}, "
                       f"unknown {score.unknown}/{score.total}")
+    for rule_id, case_id in report.prefilter_misses:
+        console.print(f"[yellow]warning:[/] rule {rule_id} matches case {case_id} on a line without any "
+                      "prefilter keyword, so it never fires; add a keyword to its file's prefilter list")
     if report.rules.confusions:
         console.print("confusions (label -> rules said):")
         for (label, predicted), count in report.rules.confusions.most_common():

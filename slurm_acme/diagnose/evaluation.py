@@ -70,13 +70,28 @@ class CorpusReport:
     rules_then_retrieval: Score
     retrieval_only: Score
     mistakes: list[tuple[LabelledCase, Diagnosis]]
+    #: (rule id, case id) where a rule matches a line no prefilter keyword
+    #: admits: the rule would never fire; its file needs a ``prefilter`` entry.
+    prefilter_misses: list[tuple[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
             "rules": self.rules.to_dict(),
             "rules_then_retrieval_loo": self.rules_then_retrieval.to_dict(),
             "retrieval_only_loo": self.retrieval_only.to_dict(),
+            "prefilter_misses": [{"rule": r, "case": c} for r, c in self.prefilter_misses],
         }
+
+
+def prefilter_misses(cases: Sequence[LabelledCase], rulebook: RuleBook) -> list[tuple[str, str]]:
+    """Rules that match corpus lines the prefilter would never let them see."""
+    misses: dict[tuple[str, str], None] = {}
+    for case in cases:
+        for line in case.text.splitlines():
+            found = rulebook.match(line)
+            if found and not rulebook.passes_prefilter(line):
+                misses[(found[1].id, case.id)] = None
+    return list(misses)
 
 
 def evaluate(
@@ -102,4 +117,5 @@ def evaluate(
         combined.add(case, final)
         if final.category != case.category:
             mistakes.append((case, final))
-    return CorpusReport(rules=rules, rules_then_retrieval=combined, retrieval_only=retrieval, mistakes=mistakes)
+    return CorpusReport(rules=rules, rules_then_retrieval=combined, retrieval_only=retrieval, mistakes=mistakes,
+                        prefilter_misses=prefilter_misses(cases, rulebook))

@@ -49,3 +49,25 @@ def test_rules_test_bad_corpus_is_a_one_line_error(tmp_path):
     result = CliRunner().invoke(sacme, ["rules", "test", str(corpus)])
     assert result.exit_code != 0
     assert "missing field 'origin'" in str(result.exception) or "missing field" in result.output
+
+
+def test_rules_test_warns_about_a_site_rule_the_prefilter_hides(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text("rules:\n  - {id: site-quorum, pattern: 'quorum lost', category: StorageError, "
+                    "origin: infrastructure, action: requeue}\n")
+    config = tmp_path / "acme.toml"
+    config.write_text(f'[diagnosis]\nrules = ["{site}"]\n')
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "q1", "category": "StorageError", "origin": "infrastructure",
+                                  "log": "beegfs: metadata quorum lost"}) + "\n")
+    result = CliRunner().invoke(sacme, ["--config", str(config), "rules", "test", str(corpus), "--json"])
+    assert json.loads(result.output)["prefilter_misses"] == [{"rule": "site-quorum", "case": "q1"}]
+    site.write_text(site.read_text() + "prefilter: [quorum]\n")
+    result = CliRunner().invoke(sacme, ["--config", str(config), "rules", "test", str(corpus), "--json"])
+    data = json.loads(result.output)
+    assert data["prefilter_misses"] == [] and data["rules"]["category_accuracy"] == 1.0
+
+
+def test_shipped_rules_have_no_prefilter_misses_on_the_corpus():
+    report = evaluate(load_corpus(), default_rulebook())
+    assert report.prefilter_misses == []
