@@ -10,12 +10,14 @@ from slurm_acme import exitcodes
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
-def test_key_error_stops_without_requeue(slurm_cluster, slurm) -> None:  # type: ignore[no-untyped-def]
-    tmp_path, sqlite_url = fresh_dir("ft-keyerror")
+def test_key_error_stops_without_requeue(slurm_cluster, slurm, pg_url) -> None:  # type: ignore[no-untyped-def]
+    # this scenario keeps its store in Postgres: the job writes to it through ACME_DB
+    tmp_path, _ = fresh_dir("ft-keyerror")
+    db_url = pg_url
     spec = write_spec(tmp_path, "ft-keyerror",
                       faults="raise:step=4,rank=1,message=KeyError: 'input_ids'")
-    run_id, job_id = submit(sqlite_url, spec)
-    view = wait_run(sqlite_url, run_id, job_id, slurm)
+    run_id, job_id = submit(db_url, spec)
+    view = wait_run(db_url, run_id, job_id, slurm)
 
     assert view["state"] == "STOPPED"
     assert len(view["attempts"]) == 1, "a script error must not be requeued"
@@ -27,5 +29,5 @@ def test_key_error_stops_without_requeue(slurm_cluster, slurm) -> None:  # type:
     job = slurm.show_job(job_id)
     assert job.restarts == 0
     assert job.exit_code == exitcodes.SUPERVISOR_STOP
-    text = sacme(sqlite_url, "status", run_id).stdout
+    text = sacme(db_url, "status", run_id).stdout
     assert "KeyError/script" in text and "STOPPED" in text
