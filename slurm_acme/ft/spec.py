@@ -194,6 +194,10 @@ def parse_spec(text: str, source: str, overrides: list[str] | None = None) -> Tr
         return TrainSpec.model_validate(data)
     except ValidationError as exc:
         error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"])
+        overridden = [o for o in overrides or [] if o.partition("=")[0].strip() == field]
+        if overridden:
+            raise InputError(f"{source}: --set {overridden[-1]}: {_describe(error)}") from None
         line = _node_line(root, tuple(error["loc"]))
         where = f":{line}" if line else ""
         raise InputError(f"{source}{where}: {_describe(error)}") from None

@@ -92,3 +92,8 @@ def test_json_round_trip_keeps_alias() -> None:
     spec = parse_spec(GOOD, "t.yaml")
     assert '"async":true' in spec.to_json()
     assert type(spec).from_json(spec.to_json()) == spec
+
+
+def test_bad_set_value_names_the_override() -> None:
+    with pytest.raises(InputError, match=r"^t.yaml: --set nodes=abc: field 'nodes'"):
+        parse_spec(GOOD, "t.yaml", ["nodes=abc"])
