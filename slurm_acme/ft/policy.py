@@ -81,9 +81,12 @@ def _classify(end: AttemptEnd, *, spike_skip: int, hang_timeout: float | None) -
         if step is None:
             return Decision(ROLLBACK, "loss guard asked for a rollback (no step reported)",
                             finding=finding)
+        spike = Finding(category="LossSpike", origin="unknown", action="rollback",
+                        evidence=(f"loss spike or NaN at step {step} (metrics heartbeat)",),
+                        source="metrics")
         return Decision(ROLLBACK, f"loss spike at step {step}: roll back and skip "
                         f"steps {step}-{step + spike_skip - 1}", rollback_before=step,
-                        add_skip=((step, step + spike_skip - 1),), finding=finding)
+                        add_skip=((step, step + spike_skip - 1),), finding=spike)
     if end.hung:
         after = f" for {hang_timeout:g}s" if hang_timeout else ""
         hang = Finding(category="hang", origin="infrastructure", action="requeue_exclude_node",

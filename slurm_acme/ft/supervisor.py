@@ -197,6 +197,16 @@ class Supervisor:
         except SlurmError as exc:
             self.log(f"cannot read node states: {exc}")
         outcome = policy.NODE_FAIL if down else policy.LOST
+        failure_id = prev.failure_id
+        if down and failure_id is None:
+            failure_id = run_store.record_failure(
+                self.store, cluster=self.ctx.cluster, job_id=prev.job_id, run_id=prev.run_id,
+                attempt=prev.attempt, ts=prev.end_ts or time.time(), category="NodeFailure",
+                origin="infrastructure", action="requeue_exclude_node", node=down[0],
+                rule_id=None, confidence=1.0,
+                evidence=[f"{n}: not responding or down in sinfo" for n in down],
+                source="slurm", gpus=None,
+                time_to_failure_s=(prev.end_ts or time.time()) - prev.start_ts, log_path=None)
         detail = {**prev.details, "reason": (f"node(s) {','.join(down)} failed (NODE_FAIL); "
                                              "Slurm requeued the job") if down else
                   "ended without a decision (killed); Slurm requeued the job"}
@@ -204,7 +214,7 @@ class Supervisor:
                               job_id=prev.job_id, end_ts=prev.end_ts or time.time(),
                               outcome=outcome, exit_code=prev.exit_code, excluded=down,
                               last_step=prev.last_step, time_lost_s=prev.time_lost_s,
-                              failure_id=prev.failure_id, detail=detail)
+                              failure_id=failure_id, detail=detail)
 
     def _preflight(self, nodes: Sequence[str], restarts_used: int) -> policy.Decision | None:
         """The pre-flight allgather check; a decision only when it found bad nodes."""

@@ -17,6 +17,7 @@ def test_loss_spike_rolls_back_skips_and_completes(slurm_cluster, slurm) -> None
     first, second = view["attempts"]
     assert first["outcome"] == "rollback"
     assert "loss spike at step 12" in first["reason"]
+    assert first["diagnosis"]["category"] == "LossSpike"
     assert second["skip_steps"] == "12-12"
     assert second["resumed_from_step"] is not None and second["resumed_from_step"] < 12
     assert second["outcome"] == "completed"

@@ -65,6 +65,8 @@ def test_killed_slurmd_node_fail_continues_elsewhere(slurm_cluster, slurm) -> No
     first, second = view["attempts"][0], view["attempts"][-1]
     assert first["outcome"] == "node_fail"
     assert victim in first["excluded"]
+    assert first["diagnosis"]["category"] == "NodeFailure"
+    assert first["diagnosis"]["node"] == victim
     assert victim not in second["nodes"].split(",")
     assert second["outcome"] == "completed"
     assert second["resumed_from_step"] == 20
