@@ -157,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[rank {env.rank}] resumed from {resumed.path} at step {resumed.step}",
               flush=True)
 
+    if opt.state_dict()["state"]:  # Adam state exists (resumed): its layout is final
+        ckpt.prepare(training_state(model, opt, sampler, guard, start - 1))
     step = start - 1
     for step in range(start, args.steps + 1):
         faults.before_step(step)

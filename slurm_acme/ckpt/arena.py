@@ -98,12 +98,17 @@ class HostArena:
         slots, size = plan_layout(tensors)
         return 0 if slots == self.slots and size <= self.buffer.numel() else size
 
-    def snapshot(self, tensors: list[torch.Tensor]) -> list[TensorSlot]:
-        """Copy `tensors` into the arena (re-planning only if the layout changed)."""
+    def reserve(self, tensors: list[torch.Tensor]) -> list[TensorSlot]:
+        """Lay out (and if needed allocate) the arena for `tensors` without copying."""
         slots, size = plan_layout(tensors)
         if slots != self.slots or size > self.buffer.numel():
             self._allocate(size)
         self.slots = slots
+        return slots
+
+    def snapshot(self, tensors: list[torch.Tensor]) -> list[TensorSlot]:
+        """Copy `tensors` into the arena (re-planning only if the layout changed)."""
+        slots = self.reserve(tensors)
         needs_sync = False
         for t, slot in zip(tensors, slots):
             if slot.nbytes == 0:

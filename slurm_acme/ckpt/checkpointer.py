@@ -157,6 +157,14 @@ class AsyncCheckpointer:
         return SaveReport(step, "started", waited, time.perf_counter() - t0,
                           len(header) + self.arena.size)
 
+    def prepare(self, state: Any) -> None:
+        """Allocate the host arena for `state` now (e.g. before the training loop), so
+        the first save's stall is only the copy, not page-faulting a fresh buffer."""
+        self.wait()
+        _, tensors = flatten(state)
+        self._ensure_shm_room(tensors)
+        self.arena.reserve(tensors)
+
     def _ensure_shm_room(self, tensors: list) -> None:
         """A process persister needs the arena in /dev/shm; if that tmpfs is too small
         (containers often give it 64 MB), persist from a thread instead of crashing."""

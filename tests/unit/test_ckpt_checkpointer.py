@@ -273,3 +273,13 @@ def test_too_small_dev_shm_falls_back_to_a_thread_with_a_warning(
     assert ck.wait().committed  # type: ignore[union-attr]
     assert ck.persister.name == "thread" and "/dev/shm has 1024 bytes free" in caplog.text
     ck.close()
+
+
+def test_prepare_allocates_the_arena_so_the_first_save_reuses_it(tmp_path: Path) -> None:
+    ck = AsyncCheckpointer(tmp_path, persist="thread")
+    ck.prepare(_state(0.0))
+    buf = ck.arena.buffer.data_ptr()
+    ck.save(1, _state(1.0))
+    assert ck.arena.buffer.data_ptr() == buf and ck.arena.reallocations == 1
+    assert ck.wait().committed  # type: ignore[union-attr]
+    assert torch.equal(ck.resume(resume_from="").state["w"], torch.full((1000,), 1.0))
