@@ -73,7 +73,8 @@ def _classify(end: AttemptEnd, *, spike_skip: int, hang_timeout: float | None) -
     finding = end.finding
     if end.exit_code == 0 and not end.hung:
         return Decision(COMPLETED, "training finished", finding=finding)
-    if end.time_limit_signal and end.exit_code in (exitcodes.TRAIN_CHECKPOINTED_REQUEUE, 0, None):
+    if end.exit_code == exitcodes.TRAIN_CHECKPOINTED_REQUEUE or (
+            end.time_limit_signal and end.exit_code in (0, None)):
         return Decision(TIME_LIMIT, "time limit near: trainer checkpointed; requeue",
                         counts_as_restart=False, finding=finding)
     if end.exit_code == exitcodes.TRAIN_ROLLBACK or end.spike_step is not None:

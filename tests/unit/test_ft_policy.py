@@ -87,3 +87,8 @@ def test_resume_point_ignores_checkpoints_tainted_by_a_spike() -> None:
     assert policy.resume_point(cks[:2], [(300.0, 20)]).step == 10
     assert policy.resume_point(cks, [(300.0, 20)]).step == 30
     assert policy.resume_point([], []) is None
+
+
+def test_trainer_checkpointed_for_requeue_counts_as_time_limit_even_unsignalled() -> None:
+    decision = d(AttemptEnd(exit_code=exitcodes.TRAIN_CHECKPOINTED_REQUEUE), used=3, max_restarts=3)
+    assert decision.outcome == policy.TIME_LIMIT
