@@ -141,14 +141,23 @@ def build_report(
     tdp_watts: float,
     compare: bool,
 ) -> Report:
-    """Run the aggregates for ``flt`` and assemble every section."""
+    """Run the aggregates for ``flt`` and assemble every section.
+
+    Whole-month reports without a user or type filter read the job sections
+    off the store's monthly rollups when they are current, else the job rows;
+    both give the same numbers."""
     with store.engine.connect() as conn:
         try:
             total_jobs = q.count_jobs(conn, flt)
-            q.select_jobs(conn, flt)
-            gpu = q.job_groups(conn)
-            run = Distributions.of(q.value_histogram(conn, "dur"))
-            queue = Distributions.of(q.value_histogram(conn, "que"))
+            rolled = q.rolled_up_jobs(conn, flt, total_jobs)
+            if rolled is not None:
+                gpu, run_rows, queue_rows = rolled
+            else:
+                q.select_jobs(conn, flt)
+                gpu = q.job_groups(conn)
+                run_rows, queue_rows = q.value_histogram(conn, "dur"), q.value_histogram(conn, "que")
+            run = Distributions.of(run_rows)
+            queue = Distributions.of(queue_rows)
             utilisation, power = _telemetry(conn, flt, tdp_watts)
             failures = _failures(conn, flt)
         finally:

@@ -19,11 +19,14 @@ floating-point ``p * n``, and both run on SQLite.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     ColumnElement,
     Connection,
@@ -35,6 +38,7 @@ from sqlalchemy import (
     Table,
     and_,
     case,
+    cast,
     exists,
     func,
     literal,
@@ -46,6 +50,12 @@ from sqlalchemy import (
 
 from slurm_acme.store.schema.core import jobs
 from slurm_acme.store.schema.failures import failures
+from slurm_acme.store.schema.report import (
+    ROLLUP_TABLES,
+    report_job_groups,
+    report_job_values,
+    report_rollup_parts,
+)
 from slurm_acme.store.schema.telemetry import gpu_samples, node_samples
 
 #: Slurm end states the paper counts as a failed job (TIMEOUT and NODE_FAIL
@@ -142,14 +152,22 @@ def select_jobs(conn: Connection, flt: JobFilter) -> int:
     """Fill the temporary table with the GPU jobs ``flt`` selects (every job
     when it narrows to users or types, so failures of CPU jobs still match);
     return how many rows it holds."""
-    if conn.dialect.name == "sqlite":
-        conn.exec_driver_sql("PRAGMA temp_store=MEMORY")
-    selected.drop(conn, checkfirst=True)
-    selected.create(conn)
     conds = _job_conds(flt)
     keyed = flt.narrows_jobs
     if not keyed:
         conds.append(jobs.c.gpus > 0)
+    _fill_selected(conn, conds, keyed)
+    if keyed:
+        conn.execute(text(_SELECTED_KEY_DDL))
+    return int(conn.execute(select(func.count()).select_from(selected)).scalar_one())
+
+
+def _fill_selected(conn: Connection, conds: list[ColumnElement[bool]], keyed: bool) -> None:
+    """(Re)create the temporary table and copy the jobs ``conds`` select into it."""
+    if conn.dialect.name == "sqlite" and conn.exec_driver_sql("PRAGMA temp_store").scalar() != 2:
+        conn.exec_driver_sql("PRAGMA temp_store=MEMORY")  # before any write: not allowed inside a transaction
+    selected.drop(conn, checkfirst=True)
+    selected.create(conn)
     source = select(
         jobs.c.cluster if keyed else literal(None, String),
         jobs.c.job_id if keyed else literal(None, String),
@@ -161,9 +179,6 @@ def select_jobs(conn: Connection, flt: JobFilter) -> int:
         _outcome(),
     ).where(_where(conds))
     conn.execute(selected.insert().from_select([c.name for c in selected.c], source))
-    if keyed:
-        conn.execute(text(_SELECTED_KEY_DDL))
-    return int(conn.execute(select(func.count()).select_from(selected)).scalar_one())
 
 
 def release_jobs(conn: Connection) -> None:
@@ -249,6 +264,177 @@ def grouped_quantiles(
             if overall and m["rn_a"] == nearest_rank(p, m["n_a"]):
                 out.setdefault(None, {})[p] = float(m["v"])
     return out
+
+
+# -- monthly rollups -------------------------------------------------------------
+#
+# ``--month`` (or month-aligned ``--since/--until``) reports without --user or
+# --type read the job sections off small per-(cluster, month) tables instead of
+# the month's job rows (see :mod:`slurm_acme.store.schema.report`). A partition
+# is used only while ``jobs`` still holds as many jobs in it as it was built
+# from; otherwise the report takes the job rows, so its numbers never differ.
+
+def month_start(ts: float) -> float:
+    """The first instant (UTC) of the month ``ts`` falls in."""
+    dt = datetime.fromtimestamp(ts, timezone.utc)
+    return datetime(dt.year, dt.month, 1, tzinfo=timezone.utc).timestamp()
+
+
+def next_month(month_ts: float) -> float:
+    dt = datetime.fromtimestamp(month_ts, timezone.utc)
+    return datetime(dt.year + (dt.month == 12), dt.month % 12 + 1, 1, tzinfo=timezone.utc).timestamp()
+
+
+def _months(since_ts: float, until_ts: float) -> list[float]:
+    """Month starts ``m`` with ``since_ts <= m < until_ts`` (``since_ts`` a month start)."""
+    out, m = [], since_ts
+    while m < until_ts:
+        out.append(m)
+        m = next_month(m)
+    return out
+
+
+def rollup_months(flt: JobFilter) -> list[float] | None:
+    """The months a report for ``flt`` could read off the rollups, or ``None``
+    when it cannot (a user or type filter, or a period not made of whole months)."""
+    if flt.narrows_jobs or flt.since_ts is None or flt.until_ts is None:
+        return None
+    try:
+        aligned = month_start(flt.since_ts) == flt.since_ts and month_start(flt.until_ts) == flt.until_ts
+    except (OverflowError, OSError, ValueError):
+        return None
+    return _months(flt.since_ts, flt.until_ts) if aligned else None
+
+
+def _ensure_rollup_tables(conn: Connection) -> None:
+    """Stores created before the rollups existed get their tables on first refresh."""
+    for table in ROLLUP_TABLES:
+        table.create(conn, checkfirst=True)
+
+
+def _all_partitions(conn: Connection, cluster: str | None) -> set[tuple[str, float]]:
+    """Every (cluster, month) from each cluster's first to last submit time."""
+    j = jobs.c
+    q = select(j.cluster, func.min(j.submit_ts), func.max(j.submit_ts)).group_by(j.cluster)
+    if cluster is not None:
+        q = q.where(j.cluster == cluster)
+    parts: set[tuple[str, float]] = set()
+    for name, lo, hi in conn.execute(q):
+        if lo is None:
+            continue
+        try:
+            parts.update((name, m) for m in _months(month_start(lo), next_month(month_start(hi))))
+        except (OverflowError, OSError, ValueError):
+            continue  # absurd submit times: reports over them read the job rows
+    return parts
+
+
+def refresh_job_rollups(store: Any, rows: Iterable[dict[str, Any]] | None = None, *,
+                        cluster: str | None = None) -> int:
+    """Rebuild the rollup partitions that ``rows`` (job rows just written,
+    with ``cluster`` and ``submit_ts``) fall in; without ``rows``, every month
+    of ``cluster`` (or of every cluster). One transaction per partition, so a
+    long rebuild never holds the write lock for long. Returns how many
+    partitions were rebuilt."""
+    if rows is not None:
+        parts: set[tuple[str, float]] = set()
+        for row in rows:
+            if row.get("submit_ts") is None:
+                continue
+            try:
+                parts.add((row["cluster"], month_start(float(row["submit_ts"]))))
+            except (OverflowError, OSError, ValueError):
+                continue
+    else:
+        with store.engine.connect() as conn:
+            parts = _all_partitions(conn, cluster)
+    if not parts:
+        return 0
+    with store.engine.begin() as conn:
+        _ensure_rollup_tables(conn)
+    for name, month in sorted(parts):
+        with store.engine.begin() as conn:
+            _rebuild_partition(conn, name, month)
+    return len(parts)
+
+
+def _rebuild_partition(conn: Connection, cluster: str, month: float) -> None:
+    _fill_selected(conn, [jobs.c.cluster == cluster, jobs.c.submit_ts >= month,
+                          jobs.c.submit_ts < next_month(month)], keyed=False)
+    for table in (report_job_values, report_job_groups, report_rollup_parts):
+        conn.execute(table.delete().where(and_(table.c.cluster == cluster, table.c.month_ts == month)))
+    s = selected.c
+    key = [literal(cluster, String).label("cluster"), literal(month, Float).label("month_ts")]
+    groups = select(
+        *key, s.wtype, s.outcome, s.gpus, func.count(),
+        func.coalesce(func.sum(s.gtime), 0.0), func.sum(s.dur), func.count(s.dur), func.max(s.dur),
+        func.sum(s.que), func.count(s.que),
+    ).group_by(s.wtype, s.outcome, s.gpus)
+    conn.execute(report_job_groups.insert().from_select([c.name for c in report_job_groups.c], groups))
+    for metric in ("dur", "que"):
+        v = s[metric]
+        values = (select(*key, literal(metric, String), s.wtype, v, func.count())
+                  .where(and_(s.gpus > 0, v.isnot(None))).group_by(s.wtype, v))
+        conn.execute(report_job_values.insert().from_select([c.name for c in report_job_values.c], values))
+    count = int(conn.execute(select(func.count()).select_from(selected)).scalar_one())
+    conn.execute(report_rollup_parts.insert().values(cluster=cluster, month_ts=month, jobs=count,
+                                                     built_ts=time.time()))
+    selected.drop(conn)
+
+
+def _live_counts(conn: Connection, flt: JobFilter, months: list[float], total_jobs: int) -> dict[tuple, int]:
+    """Jobs per (cluster, month) in ``jobs`` now (index-only counts)."""
+    if flt.cluster is not None and len(months) == 1:
+        return {(flt.cluster, months[0]): total_jobs} if total_jobs else {}
+    live: dict[tuple, int] = {}
+    j = jobs.c
+    for month in months:
+        conds = [j.submit_ts >= month, j.submit_ts < next_month(month)]
+        if flt.cluster is not None:
+            conds.append(j.cluster == flt.cluster)
+        q = select(j.cluster, func.count()).where(and_(*conds)).group_by(j.cluster)
+        live.update(((name, month), int(n)) for name, n in conn.execute(q) if n)
+    return live
+
+
+def _rollup_conds(table: Table, flt: JobFilter) -> list[ColumnElement[bool]]:
+    conds = [table.c.month_ts >= flt.since_ts, table.c.month_ts < flt.until_ts]
+    if flt.cluster is not None:
+        conds.append(table.c.cluster == flt.cluster)
+    return conds
+
+
+def rolled_up_jobs(conn: Connection, flt: JobFilter, total_jobs: int
+                   ) -> tuple[list[dict[str, Any]], list[tuple], list[tuple]] | None:
+    """What :func:`job_groups` and :func:`value_histogram` (``dur``, ``que``)
+    would return for ``flt``, read off current rollups; ``None`` when they
+    cannot answer (the caller then takes the job rows)."""
+    months = rollup_months(flt)
+    if months is None or not conn.dialect.has_table(conn, report_rollup_parts.name):
+        return None
+    p = report_rollup_parts.c
+    built = {(r[0], r[1]): int(r[2]) for r in conn.execute(
+        select(p.cluster, p.month_ts, p.jobs).where(and_(*_rollup_conds(report_rollup_parts, flt))))}
+    live = _live_counts(conn, flt, months, total_jobs)
+    if {k: n for k, n in built.items() if n} != live:
+        return None
+    g = report_job_groups.c
+    counted = lambda column: cast(func.sum(column), BigInteger)
+    groups = select(
+        g.wtype, g.outcome, g.gpus,
+        counted(g.jobs).label("jobs"), func.sum(g.gtime).label("gtime"),
+        func.sum(g.dur_sum).label("dur_sum"), counted(g.dur_n).label("dur_n"), func.max(g.dur_max).label("dur_max"),
+        func.sum(g.que_sum).label("que_sum"), counted(g.que_n).label("que_n"),
+    ).where(and_(g.gpus > 0, *_rollup_conds(report_job_groups, flt))).group_by(g.wtype, g.outcome, g.gpus)
+    gpu = [dict(r._mapping) for r in conn.execute(groups)]
+    v = report_job_values.c
+    histograms = []
+    for metric in ("dur", "que"):
+        q = (select(v.wtype, v.value, counted(v.jobs))
+             .where(and_(v.metric == metric, *_rollup_conds(report_job_values, flt)))
+             .group_by(v.wtype, v.value).order_by(v.wtype, v.value))
+        histograms.append([tuple(r) for r in conn.execute(q).all()])
+    return gpu, histograms[0], histograms[1]
 
 
 # -- telemetry -----------------------------------------------------------------

@@ -1,0 +1,64 @@
+"""Monthly rollups of ``jobs`` that let ``sacme report --month`` skip the job rows.
+
+A report's job sections need, per (cluster, month): counts and sums per
+(workload type, outcome, GPUs per job), and the exact distribution of run
+time and queue delay per workload type. Both are kept here, one *partition*
+per (cluster, UTC month by submit time), rebuilt whole from ``jobs`` by
+:func:`slurm_acme.store.report.refresh_job_rollups` after every import and
+ingest. Distributions are kept as counts per distinct value (whole seconds),
+so nearest-rank percentiles and CDFs read off them are exact.
+
+``report_rollup_parts`` records how many jobs a partition was built from; a
+report uses a partition only while ``jobs`` still holds that many jobs in it,
+and falls back to the job rows otherwise (e.g. rows written by other code).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, Float, Integer, String, Table
+
+from slurm_acme.store.schema.base import metadata
+
+#: One row per built (cluster, month): the job count it was built from.
+report_rollup_parts = Table(
+    "report_rollup_parts",
+    metadata,
+    Column("cluster", String(64), primary_key=True),
+    Column("month_ts", Float, primary_key=True),  # UTC epoch of the month's first instant
+    Column("jobs", BigInteger, nullable=False),
+    Column("built_ts", Float, nullable=False),
+)
+
+#: Counts and sums of every job (CPU jobs too, ``gpus = 0``) per
+#: (cluster, month, workload type, outcome, GPUs per job).
+report_job_groups = Table(
+    "report_job_groups",
+    metadata,
+    Column("cluster", String(64), primary_key=True),
+    Column("month_ts", Float, primary_key=True),
+    Column("wtype", String(16), primary_key=True),
+    Column("outcome", String(16), primary_key=True),
+    Column("gpus", Integer, primary_key=True, autoincrement=False),
+    Column("jobs", BigInteger, nullable=False),
+    Column("gtime", Float, nullable=False),
+    Column("dur_sum", Float),
+    Column("dur_n", BigInteger, nullable=False),
+    Column("dur_max", Float),
+    Column("que_sum", Float),
+    Column("que_n", BigInteger, nullable=False),
+)
+
+#: GPU jobs per distinct run time (``metric = 'dur'``) or queue delay
+#: (``'que'``) per (cluster, month, workload type).
+report_job_values = Table(
+    "report_job_values",
+    metadata,
+    Column("cluster", String(64), primary_key=True),
+    Column("month_ts", Float, primary_key=True),
+    Column("metric", String(8), primary_key=True),
+    Column("wtype", String(16), primary_key=True),
+    Column("value", Float, primary_key=True),
+    Column("jobs", BigInteger, nullable=False),
+)
+
+ROLLUP_TABLES = (report_rollup_parts, report_job_groups, report_job_values)
