@@ -9,6 +9,6 @@ Postgres.
 from __future__ import annotations
 
 from slurm_acme.store.schema.base import metadata
-from slurm_acme.store.schema import core, telemetry, failures, ckpt, evaluate  # noqa: F401  (registers tables)
+from slurm_acme.store.schema import core, telemetry, failures, ckpt, evaluate, report  # noqa: F401  (registers tables)
 
 __all__ = ["metadata"]
