@@ -330,6 +330,9 @@ def import_trace(
             _import_staged(store, run, cluster=cluster, source=source, batch_size=batch_size)
         else:
             _import_converted(store, run, cluster=cluster, source=source, batch_size=batch_size)
+    from slurm_acme.store.report import refresh_job_rollups
+
+    refresh_job_rollups(store, cluster=cluster)  # sacme report's monthly rollups follow every import
     if progress:
         progress(run.trace.size, run.trace.size)
     run.result.seconds = time.perf_counter() - started
