@@ -20,6 +20,7 @@ from sqlalchemy import select
 from slurm_acme.ingest.workload import NameRule, classify
 from slurm_acme.slurm import SacctJob, Slurm
 from slurm_acme.store import Store
+from slurm_acme.store.report import refresh_job_rollups
 from slurm_acme.store.rows import get_meta, set_meta, upsert
 from slurm_acme.store.schema.core import jobs
 
@@ -72,6 +73,7 @@ def ingest_sacct(store: Store, slurm: Slurm, *, cluster: str, rules: Sequence[Na
         for i in range(0, len(rows), _CHUNK):
             upsert(conn, jobs, rows[i:i + _CHUNK], ["cluster", "job_id"])
         set_meta(conn, watermark_key(cluster), until.isoformat())
+    refresh_job_rollups(store, rows)  # sacme report's monthly rollups of the months these jobs fall in
     inserted = sum((r["cluster"], r["job_id"]) not in known for r in rows)
     return IngestResult(cluster=cluster, since=start, until=until, seen=len(found),
                         finished=len(rows), inserted=inserted, updated=len(rows) - inserted)
