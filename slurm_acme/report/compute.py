@@ -75,11 +75,44 @@ class Distribution:
 
 
 @dataclass(frozen=True)
+class Figures:
+    """A distribution known only by the figures a report reads off it (the
+    store's precomputed ``n``, whole-percent quantiles and counts ``<= x``),
+    with :class:`Distribution`'s interface."""
+
+    n: int
+    quantiles: dict[int, float]
+    counts_at_most: dict[float, int]
+
+    def quantile(self, p: int) -> float | None:
+        return self.quantiles[p] if self.n else None
+
+    def at_most(self, x: float) -> int:
+        return self.counts_at_most[x] if self.n else 0
+
+
+@dataclass(frozen=True)
 class Distributions:
     """One metric's distribution per workload type and over all types."""
 
-    by_type: dict[str, Distribution]
-    overall: Distribution
+    by_type: dict[str, Distribution | Figures]
+    overall: Distribution | Figures
+
+    @classmethod
+    def of_points(cls, rows: Iterable[tuple[str, str, float, float]]) -> Distributions:
+        """From ``(type, kind, x, value)`` rows (``type`` ``'*'`` = all types)."""
+        parts: dict[str, tuple[list, dict, dict]] = defaultdict(lambda: ([0], {}, {}))
+        for wtype, kind, x, value in rows:
+            n, quantiles, at_most = parts[wtype]
+            if kind == "n":
+                n[0] = int(value)
+            elif kind == "p":
+                quantiles[int(x)] = float(value)
+            else:
+                at_most[float(x)] = int(value)
+        figures = {t: Figures(n[0], qs, le) for t, (n, qs, le) in parts.items()}
+        overall = figures.pop(q.ALL_TYPES, None) or Distribution((), ())
+        return cls({t: f for t, f in figures.items() if f.n}, overall)
 
     @classmethod
     def of(cls, rows: Iterable[tuple[str, float, int]]) -> Distributions:
@@ -91,7 +124,7 @@ class Distributions:
             total[value] += count
         return cls({t: Distribution.of(p) for t, p in per_type.items()}, Distribution.of(list(total.items())))
 
-    def of_type(self, wtype: str) -> Distribution:
+    def of_type(self, wtype: str) -> Distribution | Figures:
         return self.by_type.get(wtype) or Distribution((), ())
 
 
@@ -150,14 +183,15 @@ def build_report(
         try:
             total_jobs = q.count_jobs(conn, flt)
             rolled = q.rolled_up_jobs(conn, flt, total_jobs)
-            if rolled is not None:
-                gpu, run_rows, queue_rows = rolled
-            else:
+            if rolled is None:
                 q.select_jobs(conn, flt)
                 gpu = q.job_groups(conn)
-                run_rows, queue_rows = q.value_histogram(conn, "dur"), q.value_histogram(conn, "que")
-            run = Distributions.of(run_rows)
-            queue = Distributions.of(queue_rows)
+                run = Distributions.of(q.value_histogram(conn, "dur"))
+                queue = Distributions.of(q.value_histogram(conn, "que"))
+            elif rolled.points:
+                gpu, run, queue = rolled.gpu, Distributions.of_points(rolled.run), Distributions.of_points(rolled.queue)
+            else:
+                gpu, run, queue = rolled.gpu, Distributions.of(rolled.run), Distributions.of(rolled.queue)
             utilisation, power = _telemetry(conn, flt, tdp_watts)
             failures = _failures(conn, flt)
         finally:

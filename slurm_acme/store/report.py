@@ -20,9 +20,11 @@ floating-point ``p * n``, and both run on SQLite.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from itertools import accumulate
 from typing import Any
 
 from sqlalchemy import (
@@ -53,6 +55,7 @@ from slurm_acme.store.schema.failures import failures
 from slurm_acme.store.schema.report import (
     ROLLUP_TABLES,
     report_job_groups,
+    report_job_points,
     report_job_values,
     report_rollup_parts,
 )
@@ -361,7 +364,7 @@ def refresh_job_rollups(store: Any, rows: Iterable[dict[str, Any]] | None = None
 def _rebuild_partition(conn: Connection, cluster: str, month: float) -> None:
     _fill_selected(conn, [jobs.c.cluster == cluster, jobs.c.submit_ts >= month,
                           jobs.c.submit_ts < next_month(month)], keyed=False)
-    for table in (report_job_values, report_job_groups, report_rollup_parts):
+    for table in (report_job_points, report_job_values, report_job_groups, report_rollup_parts):
         conn.execute(table.delete().where(and_(table.c.cluster == cluster, table.c.month_ts == month)))
     s = selected.c
     key = [literal(cluster, String).label("cluster"), literal(month, Float).label("month_ts")]
@@ -376,10 +379,54 @@ def _rebuild_partition(conn: Connection, cluster: str, month: float) -> None:
         values = (select(*key, literal(metric, String), s.wtype, v, func.count())
                   .where(and_(s.gpus > 0, v.isnot(None))).group_by(s.wtype, v))
         conn.execute(report_job_values.insert().from_select([c.name for c in report_job_values.c], values))
+        _build_points(conn, cluster, month, metric)
     count = int(conn.execute(select(func.count()).select_from(selected)).scalar_one())
     conn.execute(report_rollup_parts.insert().values(cluster=cluster, month_ts=month, jobs=count,
                                                      built_ts=time.time()))
     selected.drop(conn)
+
+
+#: Which figures ``report_job_points`` keeps (see its schema).
+POINT_PERCENTS = range(1, 101)
+POINT_CDF_KS = range(41)
+ALL_TYPES = "*"
+
+
+def distribution_points(pairs: list[tuple[float, int]]) -> list[tuple[str, float, float]]:
+    """``(kind, x, value)`` figures of the values given as sorted ``(value,
+    count)`` pairs: their number, nearest-rank percentiles, counts ``<= 2**k``."""
+    n = sum(c for _, c in pairs)
+    if not n:
+        return [("n", 0.0, 0.0)]
+    out = [("n", 0.0, float(n))]
+    cumulative = list(accumulate(c for _, c in pairs))
+    values = [v for v, _ in pairs]
+    out += [("p", float(p), float(values[bisect_left(cumulative, nearest_rank(p, n))])) for p in POINT_PERCENTS]
+    for k in POINT_CDF_KS:
+        i = bisect_right(values, 2.0**k)
+        out.append(("le", 2.0**k, float(cumulative[i - 1] if i else 0)))
+    return out
+
+
+def _build_points(conn: Connection, cluster: str, month: float, metric: str) -> None:
+    v = report_job_values.c
+    rows = conn.execute(
+        select(v.wtype, v.value, v.jobs)
+        .where(and_(v.cluster == cluster, v.month_ts == month, v.metric == metric))
+        .order_by(v.wtype, v.value)
+    ).all()
+    per_type: dict[str, list[tuple[float, int]]] = {}
+    overall: dict[float, int] = {}
+    for wtype, value, count in rows:
+        per_type.setdefault(wtype, []).append((float(value), int(count)))
+        overall[float(value)] = overall.get(float(value), 0) + int(count)
+    per_type[ALL_TYPES] = sorted(overall.items())
+    points = [
+        {"cluster": cluster, "month_ts": month, "metric": metric, "wtype": wtype, "kind": kind, "x": x, "value": value}
+        for wtype, pairs in per_type.items()
+        for kind, x, value in distribution_points(pairs)
+    ]
+    conn.execute(report_job_points.insert(), points)
 
 
 def _live_counts(conn: Connection, flt: JobFilter, months: list[float], total_jobs: int) -> dict[tuple, int]:
@@ -404,11 +451,25 @@ def _rollup_conds(table: Table, flt: JobFilter) -> list[ColumnElement[bool]]:
     return conds
 
 
-def rolled_up_jobs(conn: Connection, flt: JobFilter, total_jobs: int
-                   ) -> tuple[list[dict[str, Any]], list[tuple], list[tuple]] | None:
+@dataclass(frozen=True)
+class RolledUp:
+    """A period's job aggregates read off the rollups: ``gpu`` as
+    :func:`job_groups` returns it; ``run`` and ``queue`` as
+    :func:`value_histogram` returns them, or, with ``points``, as
+    ``(type, kind, x, value)`` rows of ``report_job_points``."""
+
+    gpu: list[dict[str, Any]]
+    run: list[tuple]
+    queue: list[tuple]
+    points: bool
+
+
+def rolled_up_jobs(conn: Connection, flt: JobFilter, total_jobs: int) -> RolledUp | None:
     """What :func:`job_groups` and :func:`value_histogram` (``dur``, ``que``)
-    would return for ``flt``, read off current rollups; ``None`` when they
-    cannot answer (the caller then takes the job rows)."""
+    would give for ``flt``, read off current rollups; ``None`` when they
+    cannot answer (the caller then takes the job rows). When the period holds
+    jobs of one cluster in one month, run time and queue delay come as that
+    partition's precomputed figures (a few hundred rows, not one per value)."""
     months = rollup_months(flt)
     if months is None or not conn.dialect.has_table(conn, report_rollup_parts.name):
         return None
@@ -427,6 +488,16 @@ def rolled_up_jobs(conn: Connection, flt: JobFilter, total_jobs: int
         func.sum(g.que_sum).label("que_sum"), counted(g.que_n).label("que_n"),
     ).where(and_(g.gpus > 0, *_rollup_conds(report_job_groups, flt))).group_by(g.wtype, g.outcome, g.gpus)
     gpu = [dict(r._mapping) for r in conn.execute(groups)]
+    current = [k for k, n in built.items() if n]
+    if len(current) == 1:  # one cluster, one month: its figures are stored
+        (cluster, month), = current
+        pt = report_job_points.c
+        figures = conn.execute(
+            select(pt.metric, pt.wtype, pt.kind, pt.x, pt.value)
+            .where(and_(pt.cluster == cluster, pt.month_ts == month))
+        ).all()
+        return RolledUp(gpu, [tuple(r[1:]) for r in figures if r[0] == "dur"],
+                        [tuple(r[1:]) for r in figures if r[0] == "que"], points=True)
     v = report_job_values.c
     histograms = []
     for metric in ("dur", "que"):
@@ -434,7 +505,7 @@ def rolled_up_jobs(conn: Connection, flt: JobFilter, total_jobs: int
              .where(and_(v.metric == metric, *_rollup_conds(report_job_values, flt)))
              .group_by(v.wtype, v.value).order_by(v.wtype, v.value))
         histograms.append([tuple(r) for r in conn.execute(q).all()])
-    return gpu, histograms[0], histograms[1]
+    return RolledUp(gpu, histograms[0], histograms[1], points=False)
 
 
 # -- telemetry -----------------------------------------------------------------

@@ -61,4 +61,22 @@ report_job_values = Table(
     Column("jobs", BigInteger, nullable=False),
 )
 
-ROLLUP_TABLES = (report_rollup_parts, report_job_groups, report_job_values)
+#: A one-month, one-cluster report's run-time and queue-delay figures, read
+#: off ``report_job_values`` when the partition is built: per metric and
+#: workload type (``'*'`` = all types), ``kind = 'n'`` the number of values,
+#: ``'p'`` the nearest-rank ``x``-th percentile (x = 1..100), ``'le'`` how
+#: many values are ``<= x`` (x = 2**k, k = 0..40). A few hundred rows instead
+#: of one per distinct value.
+report_job_points = Table(
+    "report_job_points",
+    metadata,
+    Column("cluster", String(64), primary_key=True),
+    Column("month_ts", Float, primary_key=True),
+    Column("metric", String(8), primary_key=True),
+    Column("wtype", String(16), primary_key=True),
+    Column("kind", String(4), primary_key=True),
+    Column("x", Float, primary_key=True),
+    Column("value", Float, nullable=False),
+)
+
+ROLLUP_TABLES = (report_rollup_parts, report_job_groups, report_job_values, report_job_points)
