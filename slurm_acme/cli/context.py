@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import click
 
-from slurm_acme.config import AcmeConfig, load_config
-from slurm_acme.store import Store, open_store, resolve_url
+if TYPE_CHECKING:  # imported on first use: pydantic and SQLAlchemy cost ~1 CPU-s that --help never needs
+    from slurm_acme.config import AcmeConfig
+    from slurm_acme.store import Store
 
 
 @dataclass
@@ -26,15 +28,21 @@ class AppContext:
     @property
     def config(self) -> AcmeConfig:
         if self._config is None:
+            from slurm_acme.config import load_config
+
             self._config = load_config(self.config_path)
         return self._config
 
     @property
     def store_url(self) -> str:
+        from slurm_acme.store import resolve_url
+
         return resolve_url(self.db_url, self.config.store.url)
 
     def store(self) -> Store:
         if self._store is None:
+            from slurm_acme.store import open_store
+
             self._store = open_store(self.store_url)
         return self._store
 
