@@ -480,7 +480,7 @@ def rolled_up_jobs(conn: Connection, flt: JobFilter, total_jobs: int) -> RolledU
     if {k: n for k, n in built.items() if n} != live:
         return None
     g = report_job_groups.c
-    counted = lambda column: cast(func.sum(column), BigInteger)
+    counted = lambda column: cast(func.sum(column), BigInteger)  # Postgres sums integers to numeric
     groups = select(
         g.wtype, g.outcome, g.gpus,
         counted(g.jobs).label("jobs"), func.sum(g.gtime).label("gtime"),
@@ -496,8 +496,9 @@ def rolled_up_jobs(conn: Connection, flt: JobFilter, total_jobs: int) -> RolledU
             select(pt.metric, pt.wtype, pt.kind, pt.x, pt.value)
             .where(and_(pt.cluster == cluster, pt.month_ts == month))
         ).all()
-        return RolledUp(gpu, [tuple(r[1:]) for r in figures if r[0] == "dur"],
-                        [tuple(r[1:]) for r in figures if r[0] == "que"], points=True)
+        if {r[0] for r in figures} == {"dur", "que"}:  # else built before the figures were kept
+            return RolledUp(gpu, [tuple(r[1:]) for r in figures if r[0] == "dur"],
+                            [tuple(r[1:]) for r in figures if r[0] == "que"], points=True)
     v = report_job_values.c
     histograms = []
     for metric in ("dur", "que"):
