@@ -67,6 +67,7 @@ class HostArena:
         self.buffer = torch.empty(0, dtype=torch.uint8)
         self.shm: shared_memory.SharedMemory | None = None
         self.reallocations = 0
+        self.name_unlinked = False
 
     @property
     def shm_name(self) -> str | None:
@@ -76,6 +77,7 @@ class HostArena:
         self.release()
         if self.shared:
             self.shm = shared_memory.SharedMemory(create=True, size=max(size, 1))
+            self.name_unlinked = False
             self.buffer = torch.frombuffer(self.shm.buf, dtype=torch.uint8, count=max(size, 1))
             if self.pin:
                 self._register_pinned()
@@ -120,6 +122,17 @@ class HostArena:
             torch.cuda.synchronize()
         return slots
 
+    def unlink_name(self) -> None:
+        """Remove the segment's name from /dev/shm; mappings stay valid until closed."""
+        if self.shm is not None and not self.name_unlinked:
+            self.shm.unlink()
+            self.name_unlinked = True
+
+    def invalidate(self) -> None:
+        """Force the next snapshot to allocate a fresh arena."""
+        self.slots = []
+        self.size = 0
+
     def data(self) -> memoryview:
         """The bytes of the last snapshot (valid until the next snapshot)."""
         if self.size == 0:
@@ -134,7 +147,8 @@ class HostArena:
         self.buffer = torch.empty(0, dtype=torch.uint8)
         if self.shm is not None:
             self.shm.close()
-            self.shm.unlink()
+            if not self.name_unlinked:
+                self.shm.unlink()
             self.shm = None
         self.slots = []
         self.size = 0

@@ -150,6 +150,7 @@ class AsyncCheckpointer:
         skeleton, tensors = flatten(state)
         self._ensure_shm_room(tensors)
         slots = self.arena.snapshot(tensors)
+        self.persister.attach(self.arena)
         header = encode_header(skeleton, [s.as_json() for s in slots], self.arena.size)
         self._inflight = threading.Thread(target=self._persist, args=(step, header),
                                           name=f"acme-ckpt-{step}", daemon=True)
@@ -164,6 +165,7 @@ class AsyncCheckpointer:
         _, tensors = flatten(state)
         self._ensure_shm_room(tensors)
         self.arena.reserve(tensors)
+        self.persister.attach(self.arena)
 
     def _ensure_shm_room(self, tensors: list) -> None:
         """A process persister needs the arena in /dev/shm; if that tmpfs is too small

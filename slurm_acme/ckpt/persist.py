@@ -35,6 +35,8 @@ class Persister(Protocol):
 
     def persist(self, path: Path, header: bytes, arena: HostArena) -> Written: ...
 
+    def attach(self, arena: HostArena) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -56,12 +58,20 @@ class ThreadPersister:
     def persist(self, path: Path, header: bytes, arena: HostArena) -> Written:
         return verify_written(path, self.fs.write_atomic(path, [header, arena.data()]))
 
+    def attach(self, arena: HostArena) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
 
 class ProcessPersister:
-    """Delegates each write to `python -m slurm_acme.ckpt.persist_worker` (JSON lines)."""
+    """Delegates each write to `python -m slurm_acme.ckpt.persist_worker` (JSON lines).
+
+    The arena's shared-memory name is unlinked as soon as the child has mapped it, so
+    nothing is left in /dev/shm when Slurm SIGKILLs the whole process tree (the
+    multiprocessing resource tracker dies with it and cannot clean up).
+    """
 
     name = "process"
     shared_arena = True
@@ -69,19 +79,17 @@ class ProcessPersister:
     def __init__(self) -> None:
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
+        self._mapped: str | None = None  # the arena segment the current child has mapped
 
     def _child(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None:
+            self._mapped = None
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "slurm_acme.ckpt.persist_worker"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         return self._proc
 
-    def persist(self, path: Path, header: bytes, arena: HostArena) -> Written:
-        if arena.shm_name is None and arena.size:
-            raise PersistError("process persister needs a shared-memory arena")
-        request = {"path": str(path), "header": base64.b64encode(header).decode(),
-                   "shm": arena.shm_name, "size": arena.size}
+    def _call(self, request: dict) -> dict:
         with self._lock:
             proc = self._child()
             assert proc.stdin is not None and proc.stdout is not None
@@ -93,7 +101,29 @@ class ProcessPersister:
                 raise PersistError(f"persist worker died: {exc}") from exc
         if not line:
             raise PersistError(f"persist worker exited with {proc.wait()}")
-        reply = json.loads(line)
+        return json.loads(line)
+
+    def attach(self, arena: HostArena) -> None:
+        """Have the child map a (new) arena, then remove its name from /dev/shm."""
+        if arena.shm_name is None or arena.shm_name == self._mapped:
+            return
+        reply = self._call({"op": "attach", "shm": arena.shm_name})
+        if not reply["ok"]:
+            raise PersistError(reply.get("errno") or 0, reply["error"])
+        self._mapped = arena.shm_name
+        arena.unlink_name()
+
+    def persist(self, path: Path, header: bytes, arena: HostArena) -> Written:
+        if arena.shm_name is None and arena.size:
+            raise PersistError("process persister needs a shared-memory arena")
+        if arena.size and self._child() is not None and self._mapped != arena.shm_name:
+            if arena.name_unlinked:  # a restarted child cannot map it: re-allocate next save
+                arena.invalidate()
+                raise PersistError("persist worker restarted and lost the arena mapping; "
+                                   "the next save allocates a new one")
+            self.attach(arena)
+        reply = self._call({"op": "persist", "path": str(path),
+                            "header": base64.b64encode(header).decode(), "size": arena.size})
         if not reply["ok"]:
             raise PersistError(reply.get("errno") or 0, reply["error"])
         return Written(bytes=reply["bytes"], checksum=reply["checksum"])
@@ -108,6 +138,7 @@ class ProcessPersister:
                 self._proc.kill()
                 self._proc.wait()
         self._proc = None
+        self._mapped = None
 
 
 #: Measured (bench/ckpt.py, persist_interference): a training-like loop slows down less

@@ -1,7 +1,8 @@
 """Child process of the ``process`` persister: torch-free, reads JSON lines on stdin.
 
-Each request names a shared-memory arena, a header and a target path; the reply
-is one JSON line with the written size and checksum, or the error.
+Requests: ``{"op": "attach", "shm": NAME}`` maps the arena (the parent then
+unlinks its name), ``{"op": "persist", "path", "header", "size"}`` writes header +
+arena bytes durably and verifies them. Each reply is one JSON line.
 """
 
 from __future__ import annotations
@@ -22,24 +23,38 @@ def _attach(name: str) -> shared_memory.SharedMemory:
     return shm
 
 
+def _persist(fs: LocalFS, shm: shared_memory.SharedMemory | None, req: dict) -> dict:
+    if req["size"] and shm is None:
+        raise OSError("no arena attached")
+    data = shm.buf[:req["size"]] if (shm is not None and req["size"]) else b""
+    path = Path(req["path"])
+    try:
+        written = fs.write_atomic(path, [base64.b64decode(req["header"]), data])
+    finally:
+        del data
+    on_disk = checksum_file(path)
+    if on_disk != written:
+        raise OSError(f"{path} did not verify after write: {on_disk} != {written}")
+    return {"ok": True, "bytes": written.bytes, "checksum": written.checksum}
+
+
 def serve(stdin=sys.stdin, stdout=sys.stdout) -> None:  # type: ignore[no-untyped-def]
     fs = LocalFS()
     shm: shared_memory.SharedMemory | None = None
     for line in stdin:
         req = json.loads(line)
         try:
-            if req["shm"] is not None and (shm is None or shm.name != req["shm"].lstrip("/")):
+            if req["op"] == "attach":
                 if shm is not None:
-                    shm.close()
+                    try:
+                        shm.close()
+                    except BufferError:  # a view is still alive; the mapping goes at exit
+                        pass
+                shm = None
                 shm = _attach(req["shm"])
-            data = shm.buf[:req["size"]] if (shm is not None and req["size"]) else b""
-            path = Path(req["path"])
-            written = fs.write_atomic(path, [base64.b64decode(req["header"]), data])
-            del data
-            on_disk = checksum_file(path)
-            if on_disk != written:
-                raise OSError(f"{path} did not verify after write: {on_disk} != {written}")
-            reply = {"ok": True, "bytes": written.bytes, "checksum": written.checksum}
+                reply = {"ok": True}
+            else:
+                reply = _persist(fs, shm, req)
         except OSError as exc:
             reply = {"ok": False, "errno": exc.errno, "error": str(exc)}
         stdout.write(json.dumps(reply) + "\n")

@@ -89,6 +89,17 @@ def worker_two_ranks(ckpt_dir: Path, rank_to_kill: int) -> None:
     os._exit(0)  # skip process-group teardown: the peer is gone
 
 
+def worker_shm(ckpt_dir: Path) -> None:
+    from slurm_acme.ckpt.checkpointer import AsyncCheckpointer
+
+    ck = AsyncCheckpointer(ckpt_dir, persist="process")
+    ck.save(1, _state(0, 1))
+    assert ck.wait().committed
+    print(json.dumps({"shm": ck.arena.shm_name}), flush=True)
+    while True:  # "training" goes on until Slurm kills the whole step
+        time.sleep(0.1)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -115,6 +126,22 @@ def test_sigkill_during_persist_resume_loads_the_previous_healthy(tmp_path: Path
     assert latest_healthy(ckpt).step == 10  # type: ignore[union-attr]
     resumed = AsyncCheckpointer(ckpt).resume(resume_from="")
     assert resumed is not None and resumed.step == 10 and float(resumed.state["w"][0]) == 100.0
+
+
+def test_killing_the_whole_process_tree_leaves_no_arena_in_dev_shm(tmp_path: Path) -> None:
+    """Slurm kills every process of a step (the resource tracker too): the shared
+    arena's name must already be gone from /dev/shm, or each failure leaks RAM."""
+    proc = subprocess.Popen([sys.executable, __file__, "shm", str(tmp_path / "ckpt")],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        name = json.loads(proc.stdout.readline())["shm"].lstrip("/")
+        assert name  # the process persister uses a shared-memory arena
+        assert name not in os.listdir("/dev/shm")  # unlinked as soon as the child mapped it
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert name not in os.listdir("/dev/shm")
 
 
 def test_two_ranks_one_dies_mid_save_no_manifest_is_committed(tmp_path: Path) -> None:
@@ -147,5 +174,7 @@ if __name__ == "__main__":
     mode, directory = sys.argv[1], Path(sys.argv[2])
     if mode == "sigkill":
         worker_sigkill(directory)
+    elif mode == "shm":
+        worker_shm(directory)
     else:
         worker_two_ranks(directory, int(sys.argv[3]))
