@@ -21,6 +21,8 @@ class MetricsTail:
     last_progress_ts: float | None = None
     spike_step: int | None = None
     done: bool = False
+    #: The trainer checkpointed after USR2 and exited for a requeue (``requeue`` event).
+    checkpointed_for_requeue: bool = False
     checkpoints: list[int] = field(default_factory=list)
     _offset: int = 0
     _partial: str = ""
@@ -56,6 +58,8 @@ class MetricsTail:
             self.checkpoints.append(step)
         if event in ("spike", "nan") and isinstance(step, int):
             self.spike_step = step if self.spike_step is None else min(self.spike_step, step)
+        if event == "requeue" and record.get("checkpointed", True):
+            self.checkpointed_for_requeue = True
         if event == "done":
             self.done = True
             self.last_progress_ts = time.time()

@@ -33,6 +33,9 @@ class AttemptEnd:
     time_limit_signal: bool = False
     spike_step: int | None = None
     done: bool = False
+    #: The trainer reported (metrics) that it checkpointed for a requeue; srun's own exit
+    #: code may hide that when --kill-on-bad-exit terminated the slower ranks.
+    checkpointed_for_requeue: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def _classify(end: AttemptEnd, *, spike_skip: int, hang_timeout: float | None) -
     finding = end.finding
     if end.exit_code == 0 and not end.hung:
         return Decision(COMPLETED, "training finished", finding=finding)
-    if end.exit_code == exitcodes.TRAIN_CHECKPOINTED_REQUEUE or (
+    if end.exit_code == exitcodes.TRAIN_CHECKPOINTED_REQUEUE or end.checkpointed_for_requeue or (
             end.time_limit_signal and end.exit_code in (0, None)):
         return Decision(TIME_LIMIT, "time limit near: trainer checkpointed; requeue",
                         counts_as_restart=False, finding=finding)

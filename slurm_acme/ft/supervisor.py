@@ -331,7 +331,8 @@ class Supervisor:
         end = policy.AttemptEnd(exit_code=rc, finding=finding, hung=hung,
                                 time_limit_signal=self.signals.usr2,
                                 spike_step=metrics.spike_step if rc != 0 else None,
-                                done=metrics.done)
+                                done=metrics.done,
+                                checkpointed_for_requeue=metrics.checkpointed_for_requeue)
         self.log(f"trainer exited {rc}; hung={hung}; diagnosis="
                  f"{finding.category + '/' + finding.origin if finding else '-'}")
         return end, metrics.last_step, last_ckpt_ts

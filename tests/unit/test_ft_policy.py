@@ -92,3 +92,9 @@ def test_resume_point_ignores_checkpoints_tainted_by_a_spike() -> None:
 def test_trainer_checkpointed_for_requeue_counts_as_time_limit_even_unsignalled() -> None:
     decision = d(AttemptEnd(exit_code=exitcodes.TRAIN_CHECKPOINTED_REQUEUE), used=3, max_restarts=3)
     assert decision.outcome == policy.TIME_LIMIT
+
+
+def test_usr2_checkpoint_reported_in_metrics_wins_over_a_killed_rank_exit_code() -> None:
+    # srun --kill-on-bad-exit: rank 0 exits 76 first and srun terminates rank 1 (143)
+    decision = d(AttemptEnd(exit_code=143, time_limit_signal=True, checkpointed_for_requeue=True))
+    assert decision.outcome == policy.TIME_LIMIT and not decision.counts_as_restart
