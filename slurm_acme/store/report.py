@@ -165,10 +165,16 @@ def select_jobs(conn: Connection, flt: JobFilter) -> int:
     return int(conn.execute(select(func.count()).select_from(selected)).scalar_one())
 
 
+def _temp_in_memory(conn: Connection) -> None:
+    """SQLite: temporary tables in memory (settable only outside a transaction,
+    so callers that write do this first)."""
+    if conn.dialect.name == "sqlite" and conn.exec_driver_sql("PRAGMA temp_store").scalar() != 2:
+        conn.exec_driver_sql("PRAGMA temp_store=MEMORY")
+
+
 def _fill_selected(conn: Connection, conds: list[ColumnElement[bool]], keyed: bool) -> None:
     """(Re)create the temporary table and copy the jobs ``conds`` select into it."""
-    if conn.dialect.name == "sqlite" and conn.exec_driver_sql("PRAGMA temp_store").scalar() != 2:
-        conn.exec_driver_sql("PRAGMA temp_store=MEMORY")  # before any write: not allowed inside a transaction
+    _temp_in_memory(conn)
     selected.drop(conn, checkfirst=True)
     selected.create(conn)
     source = select(
@@ -361,11 +367,21 @@ def refresh_job_rollups(store: Any, rows: Iterable[dict[str, Any]] | None = None
     return len(parts)
 
 
+#: Postgres advisory lock serialising rollup rebuilds (two ingests at once).
+_ROLLUP_LOCK = 716372
+
+
 def _rebuild_partition(conn: Connection, cluster: str, month: float) -> None:
-    _fill_selected(conn, [jobs.c.cluster == cluster, jobs.c.submit_ts >= month,
-                          jobs.c.submit_ts < next_month(month)], keyed=False)
+    """Replace one partition. Writes come first, so the transaction holds the
+    write lock before it reads ``jobs`` (a stale SQLite read snapshot could
+    not be upgraded to a write)."""
+    _temp_in_memory(conn)
+    if conn.dialect.name == "postgresql":
+        conn.execute(text(f"SELECT pg_advisory_xact_lock({_ROLLUP_LOCK})"))
     for table in (report_job_points, report_job_values, report_job_groups, report_rollup_parts):
         conn.execute(table.delete().where(and_(table.c.cluster == cluster, table.c.month_ts == month)))
+    _fill_selected(conn, [jobs.c.cluster == cluster, jobs.c.submit_ts >= month,
+                          jobs.c.submit_ts < next_month(month)], keyed=False)
     s = selected.c
     key = [literal(cluster, String).label("cluster"), literal(month, Float).label("month_ts")]
     groups = select(
