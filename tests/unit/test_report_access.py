@@ -28,7 +28,7 @@ CHILD = r"""
 import os, pwd, sys
 from slurm_acme.cli.main import run_cli, sacme
 import slurm_acme.cli.report, slurm_acme.report.compute, slurm_acme.report.render_json
-import slurm_acme.report.render_text, slurm_acme.report.access, slurm_acme.store.migrate
+import slurm_acme.report.render_text, slurm_acme.report.access, slurm_acme.store.migrate, slurm_acme.config
 from slurm_acme.store import open_store
 open_store(sys.argv[1]).dispose()      # load the SQLite dialect while still root
 user = pwd.getpwnam("nobody")
