@@ -108,6 +108,33 @@ def wait_for_job(slurm, job_id: str, *, timeout: float = 120, poll: float = 0.5)
         time.sleep(poll)
 
 
+def wait_for_accounting(slurm, job_ids, *, timeout: float = 120, poll: float = 1.0):  # type: ignore[no-untyped-def]
+    """Poll ``sacct`` until every job in ``job_ids`` shows a terminal state there.
+
+    slurmctld reports a job's end to slurmdbd asynchronously, so a job that
+    ``scontrol`` already calls finished may still be RUNNING in ``sacct`` for
+    a moment; tests that ingest from accounting wait for this first.
+    """
+    from datetime import datetime, timedelta, timezone
+
+    wanted = {str(j) for j in job_ids}
+    deadline = time.monotonic() + timeout
+    while True:
+        records = slurm.sacct(datetime.now(timezone.utc) - timedelta(days=1), job_ids=sorted(wanted))
+        done = {r.job_id for r in records if r.state.is_terminal() and r.end is not None}
+        if wanted <= done:
+            return records
+        if time.monotonic() > deadline:
+            pytest.fail(f"jobs {sorted(wanted - done)} not finished in sacct after {timeout:.0f}s")
+        time.sleep(poll)
+
+
+@pytest.fixture(scope="session")
+def wait_accounted():  # type: ignore[no-untyped-def]
+    """The :func:`wait_for_accounting` helper, as a fixture."""
+    return wait_for_accounting
+
+
 @pytest.fixture(scope="session")
 def wait_job():  # type: ignore[no-untyped-def]
     """The :func:`wait_for_job` helper, as a fixture (test modules cannot import conftest)."""

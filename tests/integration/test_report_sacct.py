@@ -33,7 +33,7 @@ def sacme(env: dict[str, str], db_url: str, *args: str) -> str:
     return proc.stdout
 
 
-def test_report_counts_ingested_sacct_jobs(slurm_cluster, slurm, wait_job, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_report_counts_ingested_sacct_jobs(slurm_cluster, slurm, wait_job, wait_accounted, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     since = math.floor(time.time()) - 1
     tag = uuid.uuid4().hex[:6]
     common = ["-N", "1", "-D", str(tmp_path), "-o", str(tmp_path / "%j.out"), "-t", "5"]
@@ -43,6 +43,7 @@ def test_report_counts_ingested_sacct_jobs(slurm_cluster, slurm, wait_job, tmp_p
                            "#!/bin/sh\nexit 3\n")
     for job_id in (gpu_job, cpu_job):
         wait_job(slurm, job_id, timeout=300)
+    wait_accounted(slurm, [gpu_job, cpu_job])
 
     db_url = f"sqlite:///{tmp_path / 'acme.db'}"
     sacme(slurm_cluster.env, db_url, "ingest", "--since", "1h")
