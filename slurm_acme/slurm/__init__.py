@@ -3,13 +3,22 @@
 Nothing else in slurm-acme runs a Slurm command or parses Slurm's output.
 """
 
-from slurm_acme.slurm.client import Slurm, default_client
+from slurm_acme.slurm.client import Slurm, default_client, sbatch_argv
 from slurm_acme.slurm.errors import JobNotFound, SlurmError, SlurmParseError, SlurmUnavailable
 from slurm_acme.slurm.records import NodeInfo, QueueJob, SacctJob, ScontrolJob, ScontrolNode
 from slurm_acme.slurm.runner import run_slurm
 from slurm_acme.slurm.states import JobState
+from slurm_acme.slurm.steps import (
+    StepOutput,
+    StepRequest,
+    run_step,
+    start_step,
+    step_argv,
+    step_env,
+)
 
 __all__ = [
     "JobNotFound", "JobState", "NodeInfo", "QueueJob", "SacctJob", "ScontrolJob", "ScontrolNode", "Slurm",
-    "SlurmError", "SlurmParseError", "SlurmUnavailable", "default_client", "run_slurm",
+    "SlurmError", "SlurmParseError", "SlurmUnavailable", "StepOutput", "StepRequest", "default_client",
+    "run_slurm", "run_step", "sbatch_argv", "start_step", "step_argv", "step_env",
 ]

@@ -33,6 +33,11 @@ def slurm_time(moment: datetime) -> str:
     return local.strftime("%Y-%m-%dT%H:%M:%S")
 
 
+def sbatch_argv(options: Sequence[str], dependency: str | None = None) -> list[str]:
+    """The exact argv :meth:`Slurm.sbatch` runs (script path or stdin aside), for dry runs."""
+    return ["sbatch", "--parsable", *options] + ([f"--dependency={dependency}"] if dependency else [])
+
+
 class Slurm:
     """The one door to Slurm. Construct freely: nothing runs until a method is called."""
 
@@ -51,7 +56,7 @@ class Slurm:
     def sbatch(self, options: Sequence[str], script: str | Path, *,
                env: Mapping[str, str] | None = None) -> str:
         """Submit; return the job id. ``script`` is a file (``Path``) or the script text."""
-        argv = ["sbatch", "--parsable", *options]
+        argv = sbatch_argv(options)
         if isinstance(script, Path):
             return parse.parse_sbatch_parsable(self._run([*argv, str(script)], env=env))
         return parse.parse_sbatch_parsable(self._run(argv, env=env, stdin=script))
@@ -126,6 +131,10 @@ class Slurm:
         return {node: indices for hostlist, indices in parse.parse_job_gpu_groups(text)
                 for node in self.show_hostnames(hostlist)}
 
+    def job_gpus_on_node(self, job_id: str | int, node: str) -> tuple[int, ...] | None:
+        """GPU indices the job holds on ``node`` (None: not one of its nodes); one scontrol call."""
+        return parse.gpu_indices_on(self._run(["scontrol", "-d", "-o", "show", "job", str(job_id)]), node)
+
     def show_nodes(self, names: Iterable[str] | None = None) -> list[ScontrolNode]:
         """``scontrol show node -o`` for ``names`` (hostlists welcome), or every node."""
         wanted = [str(n) for n in names] if names is not None else None
@@ -133,6 +142,10 @@ class Slurm:
             return []
         argv = ["scontrol", "show", "node", "-o"] + ([",".join(wanted)] if wanted else [])
         return parse.parse_scontrol_show_node(self._run(argv))
+
+    def node_addresses(self, names: Iterable[str]) -> dict[str, str]:
+        """{node name: ``NodeAddr``} for ``names``; nodes without a NodeAddr are left out."""
+        return parse.node_addresses(self.show_nodes(names))
 
     def show_config(self) -> dict[str, str]:
         """The controller's running configuration (``scontrol show config``)."""

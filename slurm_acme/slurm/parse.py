@@ -306,6 +306,39 @@ def parse_job_gpu_groups(text: str) -> list[tuple[str, list[int]]]:
     return groups
 
 
+def expand_hostlist(hostlist: str) -> list[str]:
+    """``node[1-3,5],gpu7`` -> node1 node2 node3 node5 gpu7, keeping zero padding.
+
+    Pure, for parsers that must not call ``scontrol show hostnames``; handles
+    one bracket group per name (what Slurm prints for flat node names).
+    """
+    names: list[str] = []
+    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", hostlist):
+        match = re.fullmatch(r"(.*)\[([^\]]*)\](.*)", item)
+        if not match:
+            names.append(item)
+            continue
+        prefix, ranges, suffix = match.groups()
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            for number in range(int(lo), int(hi or lo) + 1):
+                names.append(f"{prefix}{number:0{len(lo)}d}{suffix}")
+    return names
+
+
+def gpu_indices_on(text: str, node: str) -> tuple[int, ...] | None:
+    """GPU indices on ``node`` from ``scontrol -d -o show job`` (None: node not in the job)."""
+    for hostlist, indices in parse_job_gpu_groups(text):
+        if node in expand_hostlist(hostlist):
+            return tuple(indices)
+    return None
+
+
+def node_addresses(nodes: Iterable[ScontrolNode]) -> dict[str, str]:
+    """{name: ``NodeAddr``} of the nodes that report one."""
+    return {n.name: n.get("NodeAddr") for n in nodes if n.name and n.get("NodeAddr")}
+
+
 def parse_hostnames(text: str) -> list[str]:
     """``scontrol show hostnames LIST``: one host per line."""
     return [line.strip() for line in text.splitlines() if line.strip()]
