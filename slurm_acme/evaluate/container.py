@@ -9,17 +9,21 @@ the node-local copy (``jobs`` mode).
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 
-from slurm_acme.slurm.runner import run_slurm
+from slurm_acme.slurm import Slurm
+from slurm_acme.slurm.parse import parse_scontrol_show_config
 
-_LINE = re.compile(r"^\s*JobContainerType\s*=\s*(\S+)", re.MULTILINE)
 
+def job_container_type(show_config: Mapping[str, str] | str) -> str:
+    """``JobContainerType`` of the controller's configuration ('' if absent).
 
-def job_container_type(show_config: str) -> str:
-    """``JobContainerType`` from ``scontrol show config`` output ('' if absent)."""
-    match = _LINE.search(show_config)
-    return match.group(1) if match else ""
+    Takes :meth:`Slurm.show_config`'s mapping, or ``scontrol show config``
+    text (read by the door's parser).
+    """
+    config = parse_scontrol_show_config(show_config) if isinstance(show_config, str) else show_config
+    words = (config.get("JobContainerType") or "").split()
+    return words[0] if words else ""
 
 
 def mode_for(container_type: str, local_dir: str) -> str:
@@ -28,10 +32,6 @@ def mode_for(container_type: str, local_dir: str) -> str:
     return "allocation" if private else "jobs"
 
 
-def read_show_config(timeout: float = 30.0) -> str:
-    """``scontrol show config``.
-
-    TODO(slurm door): ``Slurm`` has no ``show_config`` method yet; this tiny
-    argv-based call goes through the door's single runner until it does.
-    """
-    return run_slurm(["scontrol", "show", "config"], timeout=timeout)
+def read_show_config(timeout: float = 30.0) -> dict[str, str]:
+    """The controller's configuration, through the door (``Slurm.show_config``)."""
+    return Slurm(timeout=timeout).show_config()

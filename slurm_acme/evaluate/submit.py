@@ -26,6 +26,7 @@ from pathlib import Path
 
 from slurm_acme.errors import AcmeError
 from slurm_acme.evaluate.spec import RunSpec
+from slurm_acme.slurm.client import sbatch_argv
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class JobPlan:
         lines = []
         for job in self.jobs:
             dep = ",".join(f"{kind}:<{key}>" for kind, key in job.after)
-            argv = ["sbatch", "--parsable", *job.options] + ([f"--dependency={dep}"] if dep else [])
+            argv = sbatch_argv(job.options, dep or None)
             lines.append(f"# {job.key}\n{shlex.join(argv)}\n{job.script}")
         return "\n".join(lines)
 

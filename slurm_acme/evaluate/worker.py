@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_acme.evaluate.spec import RunSpec, read_spec
+from slurm_acme.slurm.steps import StepRequest, start_step, step_argv
 
 COMPLETE_MARK = ".acme-preloaded"
 
@@ -129,15 +130,18 @@ def aggregate(spec: RunSpec, run_dir: Path) -> None:
     aggregate_run(spec, run_dir)
 
 
-def srun_step_argv(spec: RunSpec, run_dir: Path, node: int, index: int) -> list[str]:
-    """One trial as a job step inside a node allocation.
+#: One trial's step inside the node allocation: one task, one GPU, exactly its own CPUs.
+TRIAL_STEP = StepRequest(exact=True, nodes=1, ntasks=1, gres="gpu:1", cpus_per_task=1)
 
-    TODO(slurm door): the door has no srun step builder yet; this argv is
-    launched with Popen only from inside our own allocation.
-    """
-    return ["srun", "--exact", "--nodes=1", "--ntasks=1", "--gres=gpu:1", "--cpus-per-task=1",
-            sys.executable, "-m", "slurm_acme.evaluate.worker", "trial", "--run-dir", str(run_dir),
+
+def trial_command(run_dir: Path, node: int, index: int) -> list[str]:
+    return [sys.executable, "-m", "slurm_acme.evaluate.worker", "trial", "--run-dir", str(run_dir),
             "--node", str(node), "--index", str(index)]
+
+
+def srun_step_argv(spec: RunSpec, run_dir: Path, node: int, index: int) -> list[str]:
+    """One trial as a job step inside a node allocation (what :func:`start_step` runs)."""
+    return step_argv(TRIAL_STEP, trial_command(run_dir, node, index))
 
 
 def node_allocation(spec: RunSpec, run_dir: Path, node: int, width: int) -> int:
@@ -149,7 +153,7 @@ def node_allocation(spec: RunSpec, run_dir: Path, node: int, width: int) -> int:
     try:
         while queue or running:
             while queue and len(running) < width:
-                running.append(subprocess.Popen(srun_step_argv(spec, run_dir, node, queue.pop(0))))
+                running.append(start_step(TRIAL_STEP, trial_command(run_dir, node, queue.pop(0))))
             time.sleep(0.5)
             for proc in [p for p in running if p.poll() is not None]:
                 failed += proc.returncode != 0
