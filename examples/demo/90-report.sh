@@ -8,12 +8,13 @@ set -euo pipefail
 dir="$ACME_DEMO_DIR/report"
 mkdir -p "$dir"
 
-echo "-- sacme report (this cluster, all time)" >&2
+echo "-- sacme ingest (finished jobs from sacct) + sacme report (this cluster, all time)" >&2
+sacme ingest --since 1d >&2
 sacme report --format text
 
 trace_db="sqlite:///$dir/trace.db"
 rm -f "$dir/trace.db"
-month=$(python3 - "$dir/trace_seren.csv" <<'PY'
+month=$(python3 - "$dir/trace_synthetic.csv" <<'PY'
 import csv, sys
 from collections import Counter
 from datetime import datetime, timezone
@@ -23,15 +24,15 @@ with open(sys.argv[1], "w", newline="") as fh:
     out = csv.writer(fh)
     out.writerow(TRACE_COLUMNS)
     start = datetime(2023, 5, 1, tzinfo=timezone.utc).timestamp()
-    for job in synthetic_jobs(20000, seed=1, start_ts=start, span_s=92 * 86400, cluster="seren"):
+    for job in synthetic_jobs(20000, seed=1, start_ts=start, span_s=92 * 86400, cluster="synthetic"):
         months[datetime.fromtimestamp(job["submit_ts"], timezone.utc).strftime("%Y-%m")] += 1
         out.writerow(acme_csv_row(job))
 print(months.most_common(1)[0][0])
 PY
 )
 echo "-- sacme import-trace + sacme report --month $month --compare" >&2
-sacme --db "$trace_db" import-trace "$dir/trace_seren.csv" --cluster seren >&2
-sacme --db "$trace_db" report --month "$month" --cluster seren --format html \
+sacme --db "$trace_db" import-trace "$dir/trace_synthetic.csv" --cluster synthetic >&2
+sacme --db "$trace_db" report --month "$month" --cluster synthetic --format html \
     --out "$dir/report.html" --plots "$dir/plots" --compare
-sacme --db "$trace_db" report --month "$month" --cluster seren --compare
+sacme --db "$trace_db" report --month "$month" --cluster synthetic --compare
 echo "HTML report: $dir/report.html (plots in $dir/plots)" >&2

@@ -63,5 +63,17 @@ def serve(stdin=sys.stdin, stdout=sys.stdout) -> None:  # type: ignore[no-untype
         shm.close()
 
 
+def _ignore_job_signals() -> None:
+    """The time-limit signal is for the trainer, not for its writer.
+
+    slurmstepd delivers ``--signal`` (USR2 here) to every process of the step;
+    this child must live on to finish the checkpoint the trainer then asks for.
+    """
+    import signal
+
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
 if __name__ == "__main__":
+    _ignore_job_signals()
     serve()
