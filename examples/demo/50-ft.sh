@@ -11,6 +11,7 @@ rm -rf "$work" && mkdir -p "$work" && cd "$work"
 cat > train.yaml <<YAML
 name: demo-ft-pretrain
 nodes: 2
+gpus_per_node: 8
 time: "00:10:00"
 command: [python3, $repo/examples/train_tiny_gpt.py, --steps, "30", --ckpt-interval, "5",
           --n-layer, "1", --n-head, "2", --n-embd, "32", --batch-size, "4", --seq-len, "32"]
