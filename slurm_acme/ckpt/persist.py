@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -65,6 +66,13 @@ class ThreadPersister:
         pass
 
 
+
+def _ignore_time_limit_signal() -> None:
+    """Runs in the forked writer before exec: SIG_IGN survives exec, so the
+    time-limit USR2 that slurmstepd sends to every process of the step can
+    never kill the writer, not even while it starts up."""
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
 class ProcessPersister:
     """Delegates each write to `python -m slurm_acme.ckpt.persist_worker` (JSON lines).
 
@@ -86,7 +94,8 @@ class ProcessPersister:
             self._mapped = None
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "slurm_acme.ckpt.persist_worker"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+                preexec_fn=_ignore_time_limit_signal)
         return self._proc
 
     def _call(self, request: dict) -> dict:
