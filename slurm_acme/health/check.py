@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -22,10 +21,8 @@ from slurm_acme.health.records import Evidence, HealthReport
 from slurm_acme.health.steps import (
     StepShape,
     gpus_per_node_of,
-    parse_node_addresses,
-    show_node_argv,
+    precheck_step,
     srun_env,
-    srun_precheck_argv,
 )
 from slurm_acme.health.transport import SrunTransport
 
@@ -129,10 +126,10 @@ def node_addresses(nodes: Sequence[str]) -> dict[str, str]:
     """Each node's NodeAddr from Slurm (a test's master address); names where Slurm says nothing."""
     if not nodes:
         return {}
-    from slurm_acme.slurm import SlurmError, run_slurm
+    from slurm_acme.slurm import Slurm, SlurmError
 
     try:
-        return parse_node_addresses(run_slurm(show_node_argv(nodes), timeout=30))
+        return Slurm(timeout=30).node_addresses(nodes)
     except SlurmError as exc:
         log.warning("health: cannot read node addresses, using node names: %s", exc)
         return {}
@@ -148,19 +145,19 @@ def _prechecks(nodes: list[str], job_id: str | None, gpus: int | None,
                say: Callable[[str], None]) -> tuple[list[str], list[Evidence], list[str]]:
     """Run the node-local pre-checks as one step; (condemned nodes, evidence, notes)."""
     say(f"pre-checks on {len(nodes)} node(s)")
-    argv = srun_precheck_argv(nodes, job_id=job_id, expect_gpus=gpus,
-                              timeout_s=PRECHECK_TIMEOUT_S)
+    from slurm_acme.slurm import SlurmUnavailable, run_step
+
+    request, command = precheck_step(nodes, job_id=job_id, expect_gpus=gpus,
+                                     timeout_s=PRECHECK_TIMEOUT_S)
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=PRECHECK_TIMEOUT_S,
-                              env=srun_env(os.environ), check=False)
-        stdout, failure = proc.stdout, (proc.stderr.strip().splitlines() or [""])[-1]
-        if proc.returncode == 0:
+        step = run_step(request, command, timeout=PRECHECK_TIMEOUT_S, env=srun_env(os.environ))
+        stdout, failure = step.stdout, (step.stderr.strip().splitlines() or [""])[-1]
+        if step.returncode == 0:
             failure = ""
-    except FileNotFoundError:
+        elif step.timed_out:
+            failure = f"no answer in {PRECHECK_TIMEOUT_S:g}s"
+    except SlurmUnavailable:
         stdout, failure = "", "srun not found"
-    except subprocess.TimeoutExpired as exc:
-        stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        failure = f"no answer in {PRECHECK_TIMEOUT_S:g}s"
     reports = parse_precheck_output(stdout)
     notes = summarise_prechecks(reports, nodes)
     if failure:

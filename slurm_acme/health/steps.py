@@ -1,9 +1,8 @@
-"""Argument lists for the Slurm commands the health check needs beyond the door.
+"""The shapes of the health check's srun steps, as requests to the Slurm door.
 
-TODO(slurm door): ``slurm_acme.slurm`` has no srun step builder or node
-address lookup yet; these pure builders live here until it does, and the
-commands run through the door's runner (``run_slurm``) or, for the
-long-running srun step, ``subprocess.Popen`` in :mod:`transport`.
+This module decides what each step asks for (nodes, tasks, sharing, the
+worker command); :mod:`slurm_acme.slurm.steps` alone turns a request into
+srun's argument list and launches it.
 """
 
 from __future__ import annotations
@@ -11,18 +10,24 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-#: Environment variables srun reads as defaults for options we set explicitly;
-#: inherited from the batch script's own allocation they would contradict the
-#: pair step's shape ("can't honor --ntasks-per-node", "more processors...").
-SRUN_INPUT_VARS = (
-    "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE",
-    "SLURM_CPUS_PER_TASK", "SLURM_MEM_PER_CPU", "SLURM_MEM_PER_GPU", "SLURM_MEM_PER_NODE",
-    "SLURM_GPUS_PER_TASK", "SLURM_TRES_PER_TASK", "SLURM_DISTRIBUTION", "SLURM_NNODES",
-    "SLURM_NODELIST", "SLURM_EXCLUSIVE", "SLURM_OVERCOMMIT",
-)
+from slurm_acme.slurm.parse import node_addresses, parse_scontrol_show_node
+from slurm_acme.slurm.steps import SRUN_INPUT_VARS, StepRequest, step_argv
+from slurm_acme.slurm.steps import step_env as srun_env
+
+__all__ = [
+    "SRUN_INPUT_VARS",
+    "StepShape",
+    "gpus_per_node_of",
+    "pair_test_step",
+    "parse_node_addresses",
+    "precheck_step",
+    "srun_env",
+    "srun_precheck_argv",
+    "srun_test_argv",
+]
 
 
 @dataclass(frozen=True)
@@ -40,8 +45,16 @@ class StepShape:
     python: str = sys.executable
 
 
-def srun_test_argv(group: Sequence[str], *, port: int, master: str, shape: StepShape) -> list[str]:
-    """``srun`` running the allgather worker on ``group``, as a step of ``shape.job_id``.
+def _placement(job_id: str | None, minutes: int) -> dict[str, object]:
+    """Inside an allocation: join it and overlap; outside: a small one-off allocation."""
+    if job_id:
+        return {"job_id": job_id, "overlap": True}
+    return {"time_limit": str(minutes), "job_name": "acme-health"}
+
+
+def pair_test_step(group: Sequence[str], *, port: int, master: str,
+              shape: StepShape) -> tuple[StepRequest, list[str]]:
+    """The step (request, command) running the allgather worker on ``group`` for ``shape.job_id``.
 
     Inside an allocation the step uses ``--overlap``: without it a second step
     on a node waits ("Requested nodes are busy") until the first ends; with it
@@ -52,65 +65,52 @@ def srun_test_argv(group: Sequence[str], *, port: int, master: str, shape: StepS
     allocation per group (verified: ``sacme healthcheck --nodes`` outside a job).
     """
     nodes = len(group)
-    argv = ["srun"]
-    if shape.job_id:
-        argv += [f"--jobid={shape.job_id}", "--overlap"]
-    else:
-        minutes = max(1, math.ceil((shape.startup_s + shape.timeout_s) / 60) + 1)
-        argv += [f"--time={minutes}", "--job-name=acme-health"]
-    argv += [
-        f"--nodes={nodes}", f"--nodelist={','.join(group)}",
-        f"--ntasks={nodes * shape.tasks_per_node}", f"--ntasks-per-node={shape.tasks_per_node}",
-        "--cpus-per-task=1", "--overcommit", "--mem=0", "--kill-on-bad-exit=1", "--export=ALL",
-        "--quiet",
-    ]
-    if shape.backend == "nccl" and shape.gpus_per_node:
-        argv.append(f"--gpus-per-node={shape.gpus_per_node}")
-    argv += [
+    minutes = max(1, math.ceil((shape.startup_s + shape.timeout_s) / 60) + 1)
+    request = StepRequest(
+        **_placement(shape.job_id, minutes),  # type: ignore[arg-type]
+        nodes=nodes, nodelist=tuple(group), ntasks=nodes * shape.tasks_per_node,
+        ntasks_per_node=shape.tasks_per_node, cpus_per_task=1, overcommit=True, mem="0",
+        kill_on_bad_exit=True, export="ALL", quiet=True,
+        gpus_per_node=shape.gpus_per_node if shape.backend == "nccl" and shape.gpus_per_node else None,
+    )
+    command = [
         shape.python, "-m", "slurm_acme.health.worker",
         "--port", str(port), "--master", master, "--backend", shape.backend,
         "--size-mb", f"{shape.size_mb:g}", "--iters", str(shape.iters),
         "--timeout", f"{shape.timeout_s:g}", "--startup-s", f"{shape.startup_s:g}",
     ]
-    return argv
+    return request, command
+
+
+def srun_test_argv(group: Sequence[str], *, port: int, master: str, shape: StepShape) -> list[str]:
+    """The srun argv of :func:`pair_test_step` (for logs and tests)."""
+    return step_argv(*pair_test_step(group, port=port, master=master, shape=shape))
+
+
+def precheck_step(nodes: Sequence[str], *, job_id: str | None, expect_gpus: int | None,
+                  python: str = sys.executable, timeout_s: float = 60.0) -> tuple[StepRequest, list[str]]:
+    """One step with one task per node running the node-local pre-checks."""
+    request = StepRequest(
+        **_placement(job_id, max(1, math.ceil(timeout_s / 60) + 1)),  # type: ignore[arg-type]
+        nodes=len(nodes), nodelist=tuple(nodes), ntasks=len(nodes), ntasks_per_node=1,
+        cpus_per_task=1, overcommit=True, mem="0", export="ALL", quiet=True,
+    )
+    command = [python, "-m", "slurm_acme.health.precheck"]
+    if expect_gpus is not None:
+        command += ["--expect-gpus", str(expect_gpus)]
+    return request, command
 
 
 def srun_precheck_argv(nodes: Sequence[str], *, job_id: str | None, expect_gpus: int | None,
                        python: str = sys.executable, timeout_s: float = 60.0) -> list[str]:
-    """One step with one task per node running the node-local pre-checks."""
-    argv = ["srun"]
-    if job_id:
-        argv += [f"--jobid={job_id}", "--overlap"]
-    else:
-        argv += [f"--time={max(1, math.ceil(timeout_s / 60) + 1)}", "--job-name=acme-health"]
-    argv += [f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}", f"--ntasks={len(nodes)}",
-             "--ntasks-per-node=1", "--cpus-per-task=1", "--overcommit", "--mem=0",
-             "--export=ALL", "--quiet", python, "-m", "slurm_acme.health.precheck"]
-    if expect_gpus is not None:
-        argv += ["--expect-gpus", str(expect_gpus)]
-    return argv
-
-
-def srun_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` without the variables that would override a step's explicit shape."""
-    return {k: v for k, v in environ.items() if k not in SRUN_INPUT_VARS}
-
-
-def show_node_argv(nodes: Sequence[str]) -> list[str]:
-    return ["scontrol", "-o", "show", "node", ",".join(nodes)]
-
-
-_NODE_LINE = re.compile(r"NodeName=(\S+).*?\bNodeAddr=(\S+)")
+    """The srun argv of :func:`precheck_step`."""
+    return step_argv(*precheck_step(nodes, job_id=job_id, expect_gpus=expect_gpus, python=python,
+                                    timeout_s=timeout_s))
 
 
 def parse_node_addresses(text: str) -> dict[str, str]:
-    """``scontrol -o show node`` -> {node name: NodeAddr}."""
-    found = {}
-    for line in text.splitlines():
-        match = _NODE_LINE.search(line)
-        if match:
-            found[match.group(1)] = match.group(2)
-    return found
+    """``scontrol -o show node`` -> {node name: NodeAddr}, read by the door's parser."""
+    return node_addresses(parse_scontrol_show_node(text))
 
 
 _GPU_TRES = re.compile(r"gres[:/]gpu(?::[^:=,\s]+)?[:=](\d+)")

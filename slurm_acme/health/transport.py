@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 from slurm_acme.errors import AcmeError
 from slurm_acme.health.records import TIMEOUT, TestResult
-from slurm_acme.health.steps import StepShape, srun_env, srun_test_argv
+from slurm_acme.health.steps import StepShape, pair_test_step, srun_env
+from slurm_acme.slurm.steps import start_step, step_argv
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +79,11 @@ class SrunTransport:
 
     def __call__(self, group: tuple[str, ...]) -> TestResult:
         master = self.addresses.get(group[0], group[0])
-        argv = srun_test_argv(group, port=self.ports(), master=master, shape=self.shape)
-        log.debug("health: %s", argv)
+        request, command = pair_test_step(group, port=self.ports(), master=master, shape=self.shape)
+        log.debug("health: %s", step_argv(request, command))
         started = time.monotonic()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=self.env, start_new_session=True)
+        proc = start_step(request, command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=self.env, start_new_session=True)
         stderr_tail: list[str] = []
         threading.Thread(target=_keep_tail, args=(proc.stderr, stderr_tail), daemon=True).start()
         lines: queue.Queue[str | None] = queue.Queue()
