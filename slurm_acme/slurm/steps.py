@@ -55,6 +55,7 @@ class StepRequest:
     kill_on_bad_exit: bool = False
     export: str | None = None
     label: bool = False
+    unbuffered: bool = False
     quiet: bool = False
     time_limit: str | None = None
     job_name: str | None = None
@@ -112,7 +113,8 @@ def step_options(request: StepRequest) -> list[str]:
         argv.append("--kill-on-bad-exit=1")
     if r.export is not None:
         argv.append(f"--export={r.export}")
-    argv += [flag for flag, on in [("--label", r.label), ("--quiet", r.quiet)] if on]
+    argv += [flag for flag, on in [("--label", r.label), ("--unbuffered", r.unbuffered),
+                                   ("--quiet", r.quiet)] if on]
     return argv + list(r.extra)
 
 
@@ -132,7 +134,8 @@ def step_env(environ: Mapping[str, str]) -> dict[str, str]:
 def start_step(request: StepRequest, command: Sequence[str], *,
                env: Mapping[str, str] | None = None, stdin: Any = None,
                stdout: int | IO[Any] | None = None, stderr: int | IO[Any] | None = None,
-               text: bool = False, start_new_session: bool = False) -> subprocess.Popen[Any]:
+               text: bool = False, errors: str | None = None, bufsize: int = -1,
+               start_new_session: bool = False) -> subprocess.Popen[Any]:
     """Launch a (long-running) step and return its process; the caller waits on it.
 
     Raises :class:`SlurmUnavailable` when ``srun`` is not on ``PATH``.
@@ -140,8 +143,8 @@ def start_step(request: StepRequest, command: Sequence[str], *,
     argv = step_argv(request, command)
     try:
         return subprocess.Popen(argv, env=dict(env) if env is not None else None, stdin=stdin,
-                                stdout=stdout, stderr=stderr, text=text,
-                                start_new_session=start_new_session)
+                                stdout=stdout, stderr=stderr, text=text, errors=errors,
+                                bufsize=bufsize, start_new_session=start_new_session)
     except FileNotFoundError:
         raise SlurmUnavailable(argv, None, "", "`srun` not found: is Slurm installed and on PATH?") from None
 

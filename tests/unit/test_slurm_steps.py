@@ -67,6 +67,13 @@ def test_a_standalone_step_names_itself_and_sets_a_time_limit_and_extra_words_co
     assert argv == ["srun", "--time=3", "--job-name=acme-health", "--label", "--mpi=pmix", "x"]
 
 
+def test_a_training_step_labels_and_unbuffers_its_output() -> None:
+    argv = step_argv(StepRequest(nodes=2, ntasks=16, ntasks_per_node=8, label=True, unbuffered=True,
+                                 kill_on_bad_exit=True, export="ALL"), ["python", "train.py"])
+    assert argv == ["srun", "--nodes=2", "--ntasks=16", "--ntasks-per-node=8", "--kill-on-bad-exit=1",
+                    "--export=ALL", "--label", "--unbuffered", "python", "train.py"]
+
+
 def test_zero_gpus_per_node_asks_for_none() -> None:
     assert not any("gpus" in a for a in step_argv(StepRequest(gpus_per_node=0), ["x"]))
 
@@ -129,6 +136,17 @@ def test_start_step_hands_srun_each_word_untouched(fake_srun, value: str) -> Non
     assert out.splitlines() == [f"--job-name={value}", "--ntasks=1", "cmd", value]
     assert "SLURM_NTASKS=unset" in err
     assert not Path("/tmp/acme-pwned").exists()
+
+
+def test_start_step_streams_lines_with_undecodable_bytes_replaced(tmp_path, monkeypatch) -> None:
+    srun = tmp_path / "srun"
+    srun.write_text("#!/bin/sh\nprintf 'ok\\n\\377\\n'\n")
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    proc = start_step(StepRequest(), ["x"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                      stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1)
+    out, _ = proc.communicate(timeout=10)
+    assert out.splitlines() == ["ok", "\ufffd"]
 
 
 def test_run_step_returns_output_even_when_the_step_fails(fake_srun) -> None:
