@@ -1,19 +1,19 @@
 """How the supervisor starts the training command: the srun argv and its environment.
 
-srun is the step launcher of the job's own allocation (the one Slurm command
-run outside :mod:`slurm_acme.slurm`, because it is a long-running child whose
-output the supervisor streams). The argv is a list, never a shell string.
+srun is the step launcher of the job's own allocation; like every Slurm
+command it is spelled and started by the door, :mod:`slurm_acme.slurm`
+(:class:`StepRequest`, :func:`step_argv`, :func:`start_step`). This module only
+decides the step's shape. The argv is a list, never a shell string.
 """
 
 from __future__ import annotations
 
-import re
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from slurm_acme.ft.spec import TrainSpec
-from slurm_acme.slurm import run_slurm
+from slurm_acme.slurm import Slurm, StepRequest, step_argv
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,11 @@ def master_port(job_id: str, attempt: int) -> int:
 
 
 def node_addr(node: str, *, timeout: float = 30.0) -> str | None:
-    """Slurm's ``NodeAddr`` of ``node`` (``scontrol show node``, through the door's runner)."""
-    text = run_slurm(["scontrol", "show", "node", "-o", node], timeout=timeout)
-    match = re.search(r"(?:^|\s)NodeAddr=(\S+)", text)
-    return match.group(1) if match else None
+    """Slurm's ``NodeAddr`` of ``node``, or None when Slurm reports none.
+
+    Raises :class:`slurm_acme.slurm.SlurmError` when Slurm cannot answer.
+    """
+    return Slurm(timeout=timeout).node_addresses([node]).get(node)
 
 
 def resolve_address(node: str, node_addr: str | None) -> str:
@@ -54,12 +55,17 @@ def resolve_address(node: str, node_addr: str | None) -> str:
         return node_addr or node
 
 
+def step_request(spec: TrainSpec, nodes: Sequence[str]) -> StepRequest:
+    """The training step's shape: every task on ``nodes``, labelled, unbuffered, and
+    killed as a whole when one task fails (so the supervisor sees the failure)."""
+    return StepRequest(nodes=len(nodes), ntasks_per_node=spec.ntasks_per_node,
+                       ntasks=len(nodes) * spec.ntasks_per_node, label=True,
+                       kill_on_bad_exit=True, export="ALL", unbuffered=True)
+
+
 def srun_argv(spec: TrainSpec, nodes: Sequence[str]) -> tuple[str, ...]:
-    return (
-        "srun", f"--nodes={len(nodes)}", f"--ntasks-per-node={spec.ntasks_per_node}",
-        f"--ntasks={len(nodes) * spec.ntasks_per_node}", "--label", "--kill-on-bad-exit=1",
-        "--export=ALL", "--unbuffered", *spec.argv,
-    )
+    """The training step's srun argv, as the door renders it (for logs and tests)."""
+    return tuple(step_argv(step_request(spec, nodes), spec.argv))
 
 
 def training_env(spec: TrainSpec, *, base: Mapping[str, str], ckpt_dir: str,
