@@ -37,12 +37,13 @@ from slurm_acme.ft.launch import (
     node_addr,
     resolve_address,
     srun_argv,
+    step_request,
     training_env,
 )
 from slurm_acme.ft.metrics import MetricsTail
 from slurm_acme.ft.requeue import spawn_detached
 from slurm_acme.ft.spec import TrainSpec
-from slurm_acme.slurm import Slurm, SlurmError
+from slurm_acme.slurm import Slurm, SlurmError, start_step
 from slurm_acme.store import Store
 from slurm_acme.store import runs as run_store
 
@@ -272,9 +273,15 @@ class Supervisor:
         launch = Launch(argv=argv, env=env, nodes=tuple(nodes),
                         ntasks_per_node=self.spec.ntasks_per_node)
         self.log(f"launch: {' '.join(argv)} (MASTER_ADDR={addr} MASTER_PORT={port})")
-        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=dict(env), text=True,
-                                errors="replace", bufsize=1)
+        if nodes:
+            proc = start_step(step_request(self.spec, nodes), self.spec.argv,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, env=env, text=True,
+                              errors="replace", bufsize=1)
+        else:  # no allocation (a local run): the command itself, not a Slurm step
+            proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=dict(env), text=True,
+                                    errors="replace", bufsize=1)
         return launch, proc
 
     def _node_addr(self, node: str) -> str | None:
