@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_acme.ft.spec import TrainSpec
+from slurm_acme.slurm import sbatch_argv
 
 #: The job comment that tells ingest and the report this is a pretraining job.
 COMMENT_TYPE = "acme:type=pretrain"
@@ -46,7 +47,7 @@ class SubmitPlan:
     @property
     def sbatch_argv(self) -> tuple[str, ...]:
         """The exact command :class:`slurm_acme.slurm.Slurm` runs (script on stdin)."""
-        return ("sbatch", "--parsable", *self.sbatch_options)
+        return tuple(sbatch_argv(self.sbatch_options))
 
     def render(self) -> str:
         """What ``--dry-run`` prints: the argv (shell-quoted, to copy) and the script."""
