@@ -109,21 +109,23 @@ def wait_for_job(slurm, job_id: str, *, timeout: float = 120, poll: float = 0.5)
 
 
 def wait_for_accounting(slurm, job_ids, *, timeout: float = 120, poll: float = 1.0):  # type: ignore[no-untyped-def]
-    """Poll ``sacct`` until every job in ``job_ids`` shows a terminal state there.
+    """Poll ``sacct`` until every job in ``job_ids`` is finished in a time-window query.
 
-    slurmctld reports a job's end to slurmdbd asynchronously, so a job that
-    ``scontrol`` already calls finished may still be RUNNING in ``sacct`` for
-    a moment; tests that ingest from accounting wait for this first.
+    slurmctld reports a job's end to slurmdbd asynchronously, and on Slurm
+    22.05 a windowed query (``-S``/``-E``, what ``sacme ingest`` runs) can
+    lag a ``-j`` lookup of the same job by seconds. Tests that ingest from
+    accounting wait for the same kind of query first.
     """
     from datetime import datetime, timedelta, timezone
 
     wanted = {str(j) for j in job_ids}
     deadline = time.monotonic() + timeout
     while True:
-        records = slurm.sacct(datetime.now(timezone.utc) - timedelta(days=1), job_ids=sorted(wanted))
+        now = datetime.now(timezone.utc)
+        records = slurm.sacct(now - timedelta(hours=2), end=now)
         done = {r.job_id for r in records if r.state.is_terminal() and r.end is not None}
         if wanted <= done:
-            return records
+            return [r for r in records if r.job_id in wanted]
         if time.monotonic() > deadline:
             pytest.fail(f"jobs {sorted(wanted - done)} not finished in sacct after {timeout:.0f}s")
         time.sleep(poll)
