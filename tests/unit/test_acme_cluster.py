@@ -85,3 +85,23 @@ def test_gres_conf_points_at_one_file_per_gpu(tmp_path):
                        name="t")
     assert script.gres_conf(spec).splitlines()[1] == (
         f"NodeName=node[1-2] Name=gpu File={tmp_path}/gpu/nvidia[0-7]")
+
+
+def _fake_collector(spool_dir: Path) -> subprocess.Popen:
+    """A process whose command line looks like a node collector of that spool."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
+                             "collectd", "--node", "node1", "--spool-dir", str(spool_dir)])
+
+
+def test_down_stops_this_clusters_collectors_and_only_those(tmp_path):
+    ours = _fake_collector(tmp_path / "mine" / "spool" / "acme")
+    theirs = _fake_collector(tmp_path / "other" / "spool" / "acme")
+    try:
+        subprocess.run([sys.executable, str(SCRIPT), "down", "--dir", str(tmp_path / "mine")],
+                       capture_output=True, text=True, check=True, timeout=60)
+        assert ours.wait(timeout=30) is not None
+        assert theirs.poll() is None
+    finally:
+        for proc in (ours, theirs):
+            proc.kill()
+            proc.wait()
