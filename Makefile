@@ -45,7 +45,7 @@ bench: venv deps
 	@for b in bench/*.py; do echo "== $$b" >&2; PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python $$b || exit 1; done
 
 lint: venv
-	$(BIN)/ruff check slurm_acme tests bench
+	$(BIN)/ruff check slurm_acme tests bench sbin/acme-cluster
 
 clean:
 	rm -rf $(VENV) build *.egg-info

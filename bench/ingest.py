@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tracegen import write_trace  # noqa: E402
+from tracegen import write_trace
 
 
 def timed(argv: list[str]) -> float:

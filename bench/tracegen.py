@@ -17,7 +17,7 @@ from pathlib import Path
 
 SEREN_COLUMNS = ["job_id", "user", "node_num", "gpu_num", "cpu_num", "type", "state",
                  "submit_time", "start_time", "end_time", "duration", "queue", "gpu_time"]
-KALOS_COLUMNS = SEREN_COLUMNS + ["mem_per_pod_GB", "shared_mem_per_pod", "fail_time", "stop_time"]
+KALOS_COLUMNS = [*SEREN_COLUMNS, "mem_per_pod_GB", "shared_mem_per_pod", "fail_time", "stop_time"]
 
 #: type -> (weight, gpu choices, median duration s)
 MIX = {

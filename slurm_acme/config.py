@@ -9,10 +9,10 @@ the field and the value instead of a setting silently ignored.
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
+import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from slurm_acme.errors import ConfigError

@@ -112,7 +112,7 @@ class HostArena:
         """Copy `tensors` into the arena (re-planning only if the layout changed)."""
         slots = self.reserve(tensors)
         needs_sync = False
-        for t, slot in zip(tensors, slots):
+        for t, slot in zip(tensors, slots, strict=False):
             if slot.nbytes == 0:
                 continue
             dst = self.buffer[slot.offset:slot.offset + slot.nbytes].view(t.dtype).view(t.shape)

@@ -52,7 +52,8 @@ def diagnose(app: AppContext, logs: tuple[str, ...], as_json: bool, explain: boo
         if path == "-":
             continue
         if not Path(path).is_file():
-            raise InputError(f"{path}: log file not found" if not Path(path).exists() else f"{path}: not a regular file")
+            problem = "log file not found" if not Path(path).exists() else "not a regular file"
+            raise InputError(f"{path}: {problem}")
     store = None if no_store else app.store()
     kit = load_kit(app.config.diagnosis, store, use_llm=use_llm)
     for path in logs:
@@ -89,7 +90,8 @@ def _render(path, verdict, diagnoser, rulebook, *, as_json: bool, explain: bool)
         return
     node = f" node={verdict.node}" if verdict.node else ""
     click.echo(f"{path}: {verdict.category} ({verdict.origin}) -> {verdict.action}{node} "
-               f"[{verdict.source}{':' + verdict.rule_id if verdict.rule_id else ''}, confidence {verdict.confidence:.2f}]")
+               f"[{verdict.source}{':' + verdict.rule_id if verdict.rule_id else ''}, "
+               f"confidence {verdict.confidence:.2f}]")
     for line in verdict.evidence:
         click.echo(f"    {line}")
     if explain:

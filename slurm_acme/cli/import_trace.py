@@ -23,7 +23,7 @@ def import_trace(app: AppContext, files: tuple[str, ...], cluster: str, strict: 
     Bad rows are reported with file, line and column and skipped (counted),
     or abort the whole import with --strict.
     """
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+    from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TimeRemainingColumn
 
     from slurm_acme.ingest.trace import import_trace as run_import
 
@@ -34,7 +34,7 @@ def import_trace(app: AppContext, files: tuple[str, ...], cluster: str, strict: 
                       console=_stderr_console()) as bar:
             task = bar.add_task(f"import {path}", total=None)
 
-            def report(done: int, total: int) -> None:
+            def report(done: int, total: int, task: TaskID = task) -> None:
                 bar.update(task, completed=done, total=total)
 
             result = run_import(store, path, cluster=cluster, strict=strict,

@@ -153,9 +153,11 @@ def _print_plan(prepared, nodes: list[str]) -> None:  # type: ignore[no-untyped-
         names = "; ".join(f"{t.trial_id}[" + ", ".join(s.key for s in t.shards) + "]" for t in trials)
         click.echo(f"  {nodes[node]}/gpu{gpu}: {names}", file=out)
     click.echo(f"predicted makespan: {plan.predicted_makespan_s:.1f}s", file=out)
-    click.echo(f"lower bound:        {plan.lower_bound_s:.1f}s  (max(total/slots, largest shard) + preload + one start)", file=out)
+    click.echo(f"lower bound:        {plan.lower_bound_s:.1f}s  "
+               "(max(total/slots, largest shard) + preload + one start)", file=out)
     click.echo(f"gap:                {plan.gap * 100:.1f}%", file=out)
-    click.echo(f"baseline makespan:  {plan.baseline_makespan_s:.1f}s  (one job per dataset, remote load, in-job scoring)", file=out)
+    click.echo(f"baseline makespan:  {plan.baseline_makespan_s:.1f}s  "
+               "(one job per dataset, remote load, in-job scoring)", file=out)
 
 
 @seval.command("status")
@@ -230,7 +232,8 @@ def results(app: AppContext, checkpoint: str, as_json: bool) -> None:
         return
     click.echo(f"{run_.eval_id} ({run_.state})")
     for r in rows:
-        click.echo(f"  {r.dataset:<24} {r.metric:<8} {r.score:8.4f}  n={r.examples}  gpu={r.gpu_s:.2f}s cpu={r.cpu_s:.2f}s")
+        click.echo(f"  {r.dataset:<24} {r.metric:<8} {r.score:8.4f}  n={r.examples}  "
+                   f"gpu={r.gpu_s:.2f}s cpu={r.cpu_s:.2f}s")
 
 
 @seval.command("cancel")

@@ -119,7 +119,7 @@ class LogCompressor:
         self.stats.lines_in += len(lines)
         new_keys = [k for k in counts if k not in self._key_tid]
         if new_keys:
-            firsts = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))
+            firsts = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1), strict=False))
             for key in new_keys:
                 self._classify(key, lines[firsts[key]], base_seq + firsts[key])
         lasts: dict[bytes, int] | None = None
@@ -135,7 +135,7 @@ class LogCompressor:
             template.count += count
             if template.count > 1:
                 if lasts is None:
-                    lasts = dict(zip(keys, range(len(keys))))
+                    lasts = dict(zip(keys, range(len(keys)), strict=False))
                 index = lasts[key]
                 if base_seq + index > max(template.last_seq, template.first_seq):
                     template.last_seq = base_seq + index

@@ -62,7 +62,8 @@ def build_messages(log_text: str, neighbours: Sequence[tuple[LabelledCase, float
         f"{case.text[-MAX_CASE_CHARS:]}"
         for case, sim in neighbours
     )
-    user = f"Compressed log of the failed job:\n{log_text[-MAX_PROMPT_LOG_CHARS:]}\n\nNearest labelled cases:\n{cases or '(none)'}"
+    user = (f"Compressed log of the failed job:\n{log_text[-MAX_PROMPT_LOG_CHARS:]}\n\n"
+            f"Nearest labelled cases:\n{cases or '(none)'}")
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 

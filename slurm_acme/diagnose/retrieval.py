@@ -39,7 +39,13 @@ QUERY_LINES = 60
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+")
 #: Words every traceback or sentence has; they make unrelated logs look alike.
-STOPWORDS = frozenset(["a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "has", "have", "in", "is", "it", "of", "on", "or", "that", "the", "this", "to", "was", "with", "not", "no", "file", "line", "in", "module", "most", "recent", "call", "last", "traceback", "py", "python", "home", "usr", "lib", "local", "site", "packages", "dist", "opt", "conda", "envs", "anaconda", "miniconda", "bin", "self", "return", "def", "main", "train", "run", "self", "none", "true", "false"])
+STOPWORDS = frozenset([
+    "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "has", "have", "in", "is", "it",
+    "of", "on", "or", "that", "the", "this", "to", "was", "with", "not", "no", "file", "line", "in",
+    "module", "most", "recent", "call", "last", "traceback", "py", "python", "home", "usr", "lib",
+    "local", "site", "packages", "dist", "opt", "conda", "envs", "anaconda", "miniconda", "bin",
+    "self", "return", "def", "main", "train", "run", "self", "none", "true", "false",
+])
 _DEFAULT_ACTION = {"infrastructure": "requeue", "framework": "stop", "script": "stop"}
 
 

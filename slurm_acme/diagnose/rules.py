@@ -95,7 +95,8 @@ def parse_rule(data: Any, source: str) -> Rule:
     rid = data.get("id", "?")
     unknown = set(data) - RULE_KEYS
     if unknown:
-        raise InputError(f"{source}: rule {rid!r}: unknown field {min(unknown)!r} (valid: {', '.join(sorted(RULE_KEYS))})")
+        raise InputError(f"{source}: rule {rid!r}: unknown field {min(unknown)!r} "
+                         f"(valid: {', '.join(sorted(RULE_KEYS))})")
     for key in ("id", "pattern", "category", "origin", "action"):
         if not isinstance(data.get(key), str) or not data[key]:
             raise InputError(f"{source}: rule {rid!r}: missing field {key!r}")
@@ -108,7 +109,8 @@ def parse_rule(data: Any, source: str) -> Rule:
         raise InputError(f"{source}: rule {rid!r}: strength {strength!r} is not one of {', '.join(STRENGTHS)}")
     confidence = data.get("confidence", {"primary": 0.95, "echo": 0.85, "secondary": 0.6}[strength])
     keywords = data.get("keywords") or []
-    if not isinstance(keywords, list) or not all(isinstance(k, str) and k and not re.search(r"[0-9]", k) for k in keywords):
+    digit_free = all(isinstance(k, str) and k and not re.search(r"[0-9]", k) for k in keywords or ())
+    if not isinstance(keywords, list) or not digit_free:
         raise InputError(f"{source}: rule {rid!r}: keywords must be a list of non-empty digit-free strings")
     try:
         return Rule(
@@ -142,7 +144,8 @@ def parse_rule_file(text: str, source: str) -> RuleFile:
         raise InputError(f"{source}: expected a mapping with a 'rules' list")
     unknown = set(data) - {"version", "rules", "prefilter", "node_patterns", "disable", "ignore"}
     if unknown:
-        raise InputError(f"{source}: unknown field {min(unknown)!r} (valid: version, rules, prefilter, node_patterns, disable, ignore)")
+        raise InputError(f"{source}: unknown field {min(unknown)!r} "
+                         "(valid: version, rules, prefilter, node_patterns, disable, ignore)")
     rules = data.get("rules") or []
     if not isinstance(rules, list):
         raise InputError(f"{source}: 'rules' must be a list")

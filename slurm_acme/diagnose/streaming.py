@@ -96,7 +96,8 @@ class StreamingDiagnoser:
         wanted: dict[bytes, KeyVerdict] = {}
         for key in fresh:
             verdict = self._verdict(key)
-            if verdict is None or (not verdict.dynamic and (key, -1, None) in self._recorded and not self._is_header(verdict)):
+            seen_static = verdict is not None and not verdict.dynamic and (key, -1, None) in self._recorded
+            if verdict is None or (seen_static and not self._is_header(verdict)):
                 self._remember_boring(key)
             else:
                 wanted[key] = verdict

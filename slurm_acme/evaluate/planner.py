@@ -315,7 +315,7 @@ def _wrap_plan(datasets: Sequence[Dataset], priors: Mapping[str, Prior], res: Re
         for heavy in (True, False):
             current: list[Shard] = []
             for piece in (p for p in pieces if p.cpu_heavy == heavy):
-                if current and _size(current + [piece], res) > light_trial_s + 1e-9:
+                if current and _size([*current, piece], res) > light_trial_s + 1e-9:
                     groups.append(current)
                     current = []
                 current.append(piece)

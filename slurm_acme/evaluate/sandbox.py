@@ -181,7 +181,7 @@ def run_program(source: str, limits: Limits = DEFAULT_LIMITS) -> SandboxResult:
                                 close_fds=True,
                                 # Only syscalls run between fork and exec (no Python locks taken):
                                 # unshare(2), setrlimit(2), setsid(2), set*id(2).
-                                preexec_fn=lambda: _child_setup(limits, drop))  # noqa: PLW1509
+                                preexec_fn=lambda: _child_setup(limits, drop))
         try:
             _, err = proc.communicate(timeout=limits.timeout_s)
             status = None

@@ -130,7 +130,7 @@ def simulate_baseline(datasets: Sequence[Dataset], work: dict[str, Work], cfg: S
                         default=(float("inf"), -1, ""))
         next_timer = timers[0][0] - now if timers else float("inf")
         step = min(next_load[0], next_timer)
-        for node, jobs in loading.items():
+        for jobs in loading.values():
             share = nic_bytes_s / len(jobs) if jobs else 0.0
             for job in jobs:
                 jobs[job] -= share * step

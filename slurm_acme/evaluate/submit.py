@@ -122,13 +122,13 @@ def build_job_plan(spec: RunSpec, run_dir: Path, settings: SubmitSettings, mode:
                 after=(("afterany", f"gpu-{k}"),)))
             gpu_key, gpu_dep = f"gpu-{k}", "aftercorr"
         jobs.append(JobSpec(f"score-{k}", tuple(
-            _common(spec, run_dir, settings, f"score{k}", gpu=False)
-            + ["--nodes=1", "--ntasks=1", f"--array=0-{last}", f"--cpus-per-task={settings.cpus_per_score_task}"]),
+            [*_common(spec, run_dir, settings, f"score{k}", gpu=False), "--nodes=1", "--ntasks=1",
+             f"--array=0-{last}", f"--cpus-per-task={settings.cpus_per_score_task}"]),
             _array_script(settings, "score", "--run-dir", rd, "--node", str(k)),
             after=((gpu_dep, gpu_key),)))
         score_keys.append(f"score-{k}")
     jobs.append(JobSpec("aggregate", tuple(
-        _common(spec, run_dir, settings, "aggregate", gpu=False) + ["--nodes=1", "--ntasks=1", "--cpus-per-task=1"]),
+        [*_common(spec, run_dir, settings, "aggregate", gpu=False), "--nodes=1", "--ntasks=1", "--cpus-per-task=1"]),
         _script(settings, "aggregate", "--run-dir", rd),
         after=tuple(("afterany", key) for key in score_keys)))
     return JobPlan(spec.eval_id, mode, rd, tuple(jobs))

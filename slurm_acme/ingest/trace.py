@@ -122,7 +122,8 @@ class ImportResult:
 # -- row-by-row conversion (the Postgres path, and the reference rules) --------
 
 _NUMBER = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)\Z")
-_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:[+-][0-9]{2}:[0-9]{2}|Z)?\Z")
+_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}"
+                        r"(?:\.[0-9]+)?(?:[+-][0-9]{2}:[0-9]{2}|Z)?\Z")
 
 
 def _to_int(value: str) -> int:
@@ -232,7 +233,7 @@ class TraceFile:
     def __init__(self, path: Path):
         self.path = path
         try:
-            raw = open(path, "rb")  # noqa: SIM115 - closed in close()
+            raw = open(path, "rb")
         except FileNotFoundError:
             raise InputError(f"{path}: no such file") from None
         except IsADirectoryError:
@@ -269,7 +270,7 @@ class TraceFile:
     def close(self) -> None:
         self._raw.close()
 
-    def __enter__(self) -> "TraceFile":
+    def __enter__(self) -> TraceFile:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -55,7 +55,7 @@ class Distribution:
         if not pairs:
             return cls((), ())
         pairs.sort()
-        values, counts = zip(*pairs)
+        values, counts = zip(*pairs, strict=False)
         return cls(values, tuple(accumulate(counts)))
 
     @property

@@ -20,7 +20,7 @@ def check_out_file(path: str) -> Path:
         raise InputError(f"--out {path!r} is a directory, not a file")
     if not parent.is_dir():
         raise InputError(f"--out {path!r}: folder {str(parent)!r} does not exist")
-    if out.exists() and not os.access(out, os.W_OK) or not os.access(parent, os.W_OK | os.X_OK):
+    if (out.exists() and not os.access(out, os.W_OK)) or not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"--out {path!r} is not writable")
     return out
 

@@ -103,7 +103,7 @@ def _scale_cdf(r: Report) -> bytes:
 def _states(r: Report) -> bytes:
     fig, ax = plt.subplots(figsize=(6.5, 2.6))
     rows = (("by count", r.states["by_count"]), ("by GPU time", r.states["by_gpu_time"]))
-    for y, (label, shares) in enumerate(rows):
+    for y, (_label, shares) in enumerate(rows):
         left = 0.0
         for state, share in shares.items():
             width = 100 * _z(share)

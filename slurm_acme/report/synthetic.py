@@ -34,8 +34,8 @@ def synthetic_jobs(n: int, *, seed: int, start_ts: float, span_s: float,
     ascending job ids, as a real trace file is."""
     rng = random.Random(seed)
     submits = sorted(float(int(start_ts + rng.triangular(0, span_s, span_s / 2))) for _ in range(n))
-    gpu_values, gpu_weights = zip(*_GPU_MIX)
-    state_values, state_weights = zip(*_STATES)
+    gpu_values, gpu_weights = zip(*_GPU_MIX, strict=False)
+    state_values, state_weights = zip(*_STATES, strict=False)
     for i, submit in enumerate(submits):
         wtype = rng.choices(WORKLOAD_TYPES, _TYPE_WEIGHTS)[0]
         gpus = min(1024, rng.choices(gpu_values, gpu_weights)[0] * _TYPE_SCALE[wtype])

@@ -24,7 +24,7 @@ def major_minor(version: str) -> tuple[int, int] | None:
 def installed_pyslurm_version() -> str | None:
     try:
         module = importlib.import_module("pyslurm")
-    except Exception:  # noqa: BLE001 - a broken build must not break the CLI path
+    except Exception:
         return None
     return str(getattr(module, "__version__", "") or "") or None
 

@@ -21,7 +21,8 @@ _UNREACHABLE = re.compile(
     r"|Socket timed out on send/recv|Connection refused|Zero Bytes were transmitted"
     r"|slurmdbd: Problem talking to|Problem talking to the database"
     r"|Unable to establish Slurm connection|Could not establish a connection"
-    r"|Munge encode failed|Unable to process configuration file|Unable to setup connection|Couldn't find the specified plugin",
+    r"|Munge encode failed|Unable to process configuration file|Unable to setup connection"
+    r"|Couldn't find the specified plugin",
     re.IGNORECASE,
 )
 

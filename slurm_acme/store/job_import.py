@@ -36,7 +36,7 @@ class TraceWriter:
         self._cursor = None
 
     # -- context management -------------------------------------------------
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         self._conn = self.store.engine.raw_connection()
         self._cursor = self._conn.cursor()
         if self.store.dialect == "sqlite":
@@ -199,7 +199,7 @@ class StagedJobImport:
             f"ORDER BY rowid ON CONFLICT (cluster, job_id) DO UPDATE SET {update}"
         )
 
-    def __enter__(self) -> "StagedJobImport":
+    def __enter__(self) -> StagedJobImport:
         self._conn = self.store.engine.raw_connection()
         self._cursor = self._conn.cursor()
         self._cursor.execute(f"PRAGMA cache_size=-{SQLITE_IMPORT_CACHE_KIB}")

@@ -496,7 +496,8 @@ def rolled_up_jobs(conn: Connection, flt: JobFilter, total_jobs: int) -> RolledU
     if {k: n for k, n in built.items() if n} != live:
         return None
     g = report_job_groups.c
-    counted = lambda column: cast(func.sum(column), BigInteger)  # Postgres sums integers to numeric
+    def counted(column):
+        return cast(func.sum(column), BigInteger)  # Postgres sums integers to numeric
     groups = select(
         g.wtype, g.outcome, g.gpus,
         counted(g.jobs).label("jobs"), func.sum(g.gtime).label("gtime"),
@@ -652,7 +653,9 @@ def failure_groups(conn: Connection, flt: JobFilter, by_category: bool) -> list[
     return [dict(r._mapping) for r in conn.execute(q)]
 
 
-def failure_medians(conn: Connection, flt: JobFilter, by_category: bool) -> dict[str, dict[tuple | None, dict[int, float]]]:
+def failure_medians(
+    conn: Connection, flt: JobFilter, by_category: bool,
+) -> dict[str, dict[tuple | None, dict[int, float]]]:
     """Median time to failure and recovery time per origin (and category)."""
     f = failures.c
     keys = [f.origin, f.category] if by_category else [f.origin]

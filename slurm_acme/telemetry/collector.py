@@ -129,7 +129,7 @@ class Collector:
         for sampler in self.active:
             try:
                 reading.merge(sampler.sample(busy))
-            except Exception as exc:  # noqa: BLE001 - a sampler bug must not stop the others
+            except Exception as exc:
                 reading.flags.append(f"{sampler.name}_failed")
                 self.say_once(f"crash:{sampler.name}", "%s: sampler %s failed: %r",
                               s.node, sampler.name, exc)

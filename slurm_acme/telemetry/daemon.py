@@ -22,7 +22,7 @@ def take_lock(settings: CollectorSettings) -> IO[str] | None:
     the lock, not the pid file, decides which one runs.
     """
     settings.node_dir.mkdir(parents=True, exist_ok=True)
-    handle = open(settings.lockfile, "a+")  # noqa: SIM115 - held open for the process's life
+    handle = open(settings.lockfile, "a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

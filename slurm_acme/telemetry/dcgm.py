@@ -36,7 +36,7 @@ def parse_dmon(text: str) -> Reading:
         index = int(words[1])
         gpu = reading.gpus.setdefault(index, {})
         flags: list[str] = []
-        for column, raw in zip(header, words[2:]):
+        for column, raw in zip(header, words[2:], strict=False):
             ours = _COLUMNS.get(column)
             if ours is None:
                 continue

@@ -36,7 +36,7 @@ def test_bad_faults_are_rejected_with_the_offending_text(text: str, fragment: st
 def test_filters_match_rank_node_and_attempt() -> None:
     env = {"ACME_FAULTS": "raise:step=3,rank=1,node=node2,attempt=0,message=boom",
            "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURMD_NODENAME": "node2"}
-    with pytest.raises(RuntimeError, match="^boom$"):
+    with pytest.raises(RuntimeError, match=r"^boom$"):
         FaultInjector.from_env(env).before_step(3)
     FaultInjector.from_env(env).before_step(2)
     FaultInjector.from_env({**env, "SLURM_PROCID": "0"}).before_step(3)

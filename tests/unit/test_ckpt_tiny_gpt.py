@@ -60,7 +60,7 @@ def test_save_then_load_pretrained_gives_identical_outputs(tmp_path) -> None:
 
 
 def test_load_pretrained_names_the_missing_file(tmp_path) -> None:
-    with pytest.raises(FileNotFoundError, match="model.pt"):
+    with pytest.raises(FileNotFoundError, match=r"model\.pt"):
         (tmp_path / "config.json").write_text("{}")
         (tmp_path / "tokenizer.json").write_text("{}")
         load_pretrained(tmp_path)

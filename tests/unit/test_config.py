@@ -71,6 +71,6 @@ def test_cli_malformed_config_is_one_line_exit_2(tmp_path):
     path = tmp_path / "acme.toml"
     path.write_text("[store]\nurll = 'x'\n")
     proc = subprocess.run([sys.executable, "-m", "slurm_acme", "--config", str(path), "db", "info"],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"sacme: error: {path}: unknown field 'store.urll'"

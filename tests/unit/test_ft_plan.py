@@ -48,7 +48,7 @@ def test_script_execs_the_supervisor_for_the_run() -> None:
 def test_hostile_values_survive_the_shell_verbatim(tmp_path, hostile: str) -> None:  # type: ignore[no-untyped-def]
     plan = plan_for(db_url=f"sqlite:///{hostile}", cwd=str(tmp_path))
     # run the export lines in a real shell and read the values back
-    exports = "\n".join(l for l in plan.script.splitlines() if l.startswith("export "))
+    exports = "\n".join(line for line in plan.script.splitlines() if line.startswith("export "))
     out = subprocess.run(["bash", "-c", exports + '\nprintf %s "$ACME_DB"'],
                          capture_output=True, text=True, check=True).stdout
     assert out == f"sqlite:///{hostile}"

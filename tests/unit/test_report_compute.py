@@ -252,7 +252,7 @@ def assert_matches(actual: Any, expected: Any, path: str = "report") -> None:
             assert_matches(actual[key], expected[key], f"{path}.{key}")
     elif isinstance(expected, list):
         assert isinstance(actual, list) and len(actual) == len(expected), path
-        for i, (a, e) in enumerate(zip(actual, expected)):
+        for i, (a, e) in enumerate(zip(actual, expected, strict=False)):
             assert_matches(a, e, f"{path}[{i}]")
     elif isinstance(expected, float) and not isinstance(expected, bool):
         assert isinstance(actual, float), f"{path}: {actual!r} is not a float"
@@ -314,7 +314,7 @@ def make_data(seed: int = 7, n_jobs: int = 1500) -> dict[str, list[dict]]:
                 "node_power_w": float(rng.randrange(1500, 6500)),
             })
     fs = []
-    for i in range(120):
+    for _ in range(120):
         job = rng.choice(jobs)
         origin, category = rng.choice([("infrastructure", "nvlink_error"), ("infrastructure", "nccl_timeout"),
                                        ("framework", "cuda_oom"), ("script", "syntax_error"),
@@ -404,7 +404,7 @@ def test_compare_puts_this_cluster_beside_the_reference_rows(loaded) -> None:  #
     with shipped.open(newline="") as fh:
         source = list(csv.DictReader(fh))
     assert [r["cluster"] for r in refs] == [r["id"] for r in source] == ["Seren", "Kalos", "Philly", "Helios", "PAI"]
-    for ref, raw in zip(refs, source):
+    for ref, raw in zip(refs, source, strict=False):
         for key, value in ref.items():
             if key not in ("cluster", "source"):
                 assert value == (float(raw[key]) if raw[key] else None), (raw["id"], key)

@@ -86,7 +86,7 @@ def test_concurrent_writers_lose_nothing(store):
             for i in range(50):
                 with store.engine.begin() as conn:
                     upsert(conn, jobs, [_job(f"{prefix}{i}")], ["cluster", "job_id"])
-        except BaseException as exc:  # noqa: BLE001 - surfaced below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=writer, args=(p,)) for p in "abcd"]

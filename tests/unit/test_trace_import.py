@@ -145,7 +145,7 @@ def test_empty_and_missing_files(store, tmp_path):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "slurm_acme", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "slurm_acme", *args], capture_output=True, text=True, check=False)
 
 
 def test_cli_unknown_column_is_one_line_exit_2(tmp_path, sqlite_url):
