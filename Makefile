@@ -38,8 +38,9 @@ test: venv deps
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
+# No daemon needed: the tests marked postgres (see tests/conftest.py) run in `make test`.
 test-unit: venv
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest tests/unit -m "not postgres" $(PYTEST_ARGS)
 
 bench: venv deps
 	@for b in bench/*.py; do echo "== $$b" >&2; PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python $$b || exit 1; done

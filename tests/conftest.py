@@ -2,7 +2,9 @@
 
 Store tests take the ``store`` fixture and so run once per backend. Postgres
 is the real server at ``ACME_TEST_PG_URL`` (default: the machine's local one);
-each test gets its own throw-away database.
+each test gets its own throw-away database. Every test that reaches Postgres is
+marked ``postgres`` (here, not by hand), so ``make test-unit`` can run the rest
+with no daemon at all (``-m "not postgres"``) while ``make test`` runs them all.
 """
 
 from __future__ import annotations
@@ -41,7 +43,14 @@ def sqlite_url(tmp_path) -> str:  # type: ignore[no-untyped-def]
     return f"sqlite:///{tmp_path / 'acme.db'}"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that takes a Postgres database, directly or through a fixture."""
+    for item in items:
+        if "pg_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.postgres)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_url(request) -> str:  # type: ignore[no-untyped-def]
     """The URL of an empty store, once per backend."""
     return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
