@@ -16,6 +16,7 @@ import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from slurm_acme.errors import ConfigError
+from slurm_acme.report.model import WorkloadType
 
 SYSTEM_CONFIG = Path("/etc/acme/acme.toml")
 
@@ -38,7 +39,7 @@ class StoreConfig(_Section):
 
 class NameRule(_Section):
     pattern: str
-    type: Literal["Eval", "Pretrain", "SFT", "MLLM", "Debug", "Other"]
+    type: WorkloadType
 
 
 def _default_name_rules() -> list[NameRule]:

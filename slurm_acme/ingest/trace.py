@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import IO
 
 from slurm_acme.errors import InputError
+from slurm_acme.report.model import WORKLOAD_TYPES
 
-WORKLOAD_TYPES = ("Eval", "Pretrain", "SFT", "MLLM", "Debug", "Other")
 #: Final states a trace row may carry (Slurm's terminal job states).
 TRACE_STATES = (
     "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",

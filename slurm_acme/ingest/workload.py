@@ -11,7 +11,8 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
-WORKLOAD_TYPES = ("Eval", "Pretrain", "SFT", "MLLM", "Debug", "Other")
+from slurm_acme.report.model import WORKLOAD_TYPES
+
 _CANONICAL = {t.lower(): t for t in WORKLOAD_TYPES}
 _COMMENT = re.compile(r"(?:^|[\s,;])acme:type=([A-Za-z]+)")
 

@@ -39,10 +39,12 @@ Jobs belong to a period by submit time (UTC). Every GPU-job figure uses
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
-#: The paper's workload types, in its order.
-WORKLOAD_TYPES = ("Eval", "Pretrain", "SFT", "MLLM", "Debug", "Other")
+#: The paper's workload types, in its order. The one definition: config
+#: validation, ingest, the trace importer and the report all import it.
+WorkloadType = Literal["Eval", "Pretrain", "SFT", "MLLM", "Debug", "Other"]
+WORKLOAD_TYPES: tuple[WorkloadType, ...] = get_args(WorkloadType)
 #: Percentiles reported for run time and queue delay.
 PERCENTILES = (10, 25, 50, 75, 90, 99)
 #: CDF points at 2**k seconds (run time up to ~24 days, queue up to ~9 h).
