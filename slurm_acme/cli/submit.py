@@ -55,6 +55,7 @@ def supervise(app: AppContext, run_id: str) -> None:
     """Supervise one attempt of RUN_ID (the batch script execs this; not for people)."""
     import os
 
+    from slurm_acme.contracts import ENV_RUN_DIR
     from slurm_acme.ft.plan import run_dir_for
     from slurm_acme.ft.spec import TrainSpec
     from slurm_acme.ft.supervisor import JobContext, Supervisor
@@ -66,7 +67,7 @@ def supervise(app: AppContext, run_id: str) -> None:
     if run is None:
         raise InputError(f"run {run_id!r} is not in the store {app.store_url}")
     workdir = run.workdir or os.getcwd()
-    run_dir = os.environ.get("ACME_RUN_DIR") or run_dir_for(workdir, run_id)
+    run_dir = os.environ.get(ENV_RUN_DIR) or run_dir_for(workdir, run_id)
     ctx = JobContext.from_env(run_id, os.environ, run_dir, workdir)
     if not ctx.cluster:
         ctx = JobContext(**{**ctx.__dict__, "cluster": run.cluster})
@@ -149,13 +150,15 @@ def status(app: AppContext, ref: str | None, as_json: bool) -> None:
 @pass_app
 def logs(app: AppContext, ref: str, raw: bool) -> None:
     """Print RUN's compressed logs, attempt by attempt."""
+    from slurm_acme.contracts import AttemptFile, attempt_file
     from slurm_acme.ft.plan import run_dir_for
     from slurm_acme.store import runs as run_store
 
     store, run = _resolve(app, ref)
     run_dir = Path(run_dir_for(run.workdir or ".", run.run_id))
     for a in run_store.list_attempts(store, run.run_id):
-        path = run_dir / f"attempt-{a.attempt}-{a.job_id}.{'log' if raw else 'compressed.log'}"
+        kind = AttemptFile.LOG if raw else AttemptFile.COMPRESSED_LOG
+        path = attempt_file(run_dir, a.attempt, a.job_id, kind)
         click.echo(f"== attempt {a.attempt} (job {a.job_id}, {a.outcome or 'running'})")
         try:
             click.echo(path.read_text(encoding="utf-8", errors="replace").rstrip("\n"))

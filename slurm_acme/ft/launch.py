@@ -12,6 +12,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from slurm_acme import contracts as c
 from slurm_acme.ft.spec import TrainSpec
 from slurm_acme.slurm import Slurm, StepRequest, step_argv
 
@@ -75,23 +76,23 @@ def training_env(spec: TrainSpec, *, base: Mapping[str, str], ckpt_dir: str,
     env = dict(base)
     env.update(spec.env)
     env.update({
-        "ACME_RUN_ID": run_id,
-        "ACME_ATTEMPT": str(attempt),
-        "ACME_CKPT_DIR": ckpt_dir,
-        "ACME_CKPT_INTERVAL": str(spec.checkpoint.interval),
-        "ACME_CKPT_KEEP": str(spec.checkpoint.keep),
-        "ACME_CKPT_ASYNC": "1" if spec.checkpoint.async_ else "0",
-        "ACME_SKIP_STEPS": skip_steps,
-        "ACME_METRICS_FILE": metrics_file,
-        "ACME_SPIKE_GUARD": "1" if spike.enabled else "0",
-        "ACME_SPIKE_RATIO": str(spike.ratio),
-        "ACME_SPIKE_WARMUP": str(spike.warmup),
-        "MASTER_ADDR": master_addr,
-        "MASTER_PORT": str(port),
+        c.ENV_RUN_ID: run_id,
+        c.ENV_ATTEMPT: str(attempt),
+        c.ENV_CKPT_DIR: ckpt_dir,
+        c.ENV_CKPT_INTERVAL: str(spec.checkpoint.interval),
+        c.ENV_CKPT_KEEP: str(spec.checkpoint.keep),
+        c.ENV_CKPT_ASYNC: "1" if spec.checkpoint.async_ else "0",
+        c.ENV_SKIP_STEPS: skip_steps,
+        c.ENV_METRICS_FILE: metrics_file,
+        c.ENV_SPIKE_GUARD: "1" if spike.enabled else "0",
+        c.ENV_SPIKE_RATIO: str(spike.ratio),
+        c.ENV_SPIKE_WARMUP: str(spike.warmup),
+        c.ENV_MASTER_ADDR: master_addr,
+        c.ENV_MASTER_PORT: str(port),
         "PYTHONUNBUFFERED": "1",
     })
     if resume_from:
-        env["ACME_RESUME_FROM"] = resume_from
+        env[c.ENV_RESUME_FROM] = resume_from
     else:
-        env.pop("ACME_RESUME_FROM", None)
+        env.pop(c.ENV_RESUME_FROM, None)
     return env

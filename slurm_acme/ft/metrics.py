@@ -1,7 +1,7 @@
 """The trainer's metrics JSONL read as a heartbeat, incrementally.
 
-Each line is ``{step, loss, time, event, rank}``; events are step, checkpoint,
-resume, skip, spike, nan and done. The supervisor only needs the newest step,
+Each line is ``{step, loss, time, event, rank}`` with the events of
+:class:`slurm_acme.contracts.MetricEvent`. The supervisor only needs the newest step,
 when it arrived, a spike's step, whether training said done, and the step
 timings that goodput is computed from.
 """
@@ -12,6 +12,8 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from slurm_acme.contracts import PROGRESS_EVENTS, ROLLBACK_EVENTS, MetricEvent, metric_event
 
 
 @dataclass
@@ -48,19 +50,19 @@ class MetricsTail:
         return count
 
     def _apply(self, record: dict) -> None:
-        event = record.get("event", "step")
+        event = metric_event(record.get("event"))
         step = record.get("step")
-        if event in ("step", "resume", "skip", "checkpoint") and isinstance(step, int):
-            if self.last_step is None or step > self.last_step or event == "resume":
+        if event in PROGRESS_EVENTS and isinstance(step, int):
+            if self.last_step is None or step > self.last_step or event is MetricEvent.RESUME:
                 self.last_step = step
             self.last_progress_ts = time.time()
-        if event == "checkpoint" and isinstance(step, int):
+        if event is MetricEvent.CHECKPOINT and isinstance(step, int):
             self.checkpoints.append(step)
-        if event in ("spike", "nan") and isinstance(step, int):
+        if event in ROLLBACK_EVENTS and isinstance(step, int):
             self.spike_step = step if self.spike_step is None else min(self.spike_step, step)
-        if event == "requeue" and record.get("checkpointed", True):
+        if event is MetricEvent.REQUEUE and record.get("checkpointed", True):
             self.checkpointed_for_requeue = True
-        if event == "done":
+        if event is MetricEvent.DONE:
             self.done = True
             self.last_progress_ts = time.time()
 
@@ -99,12 +101,12 @@ def useful_seconds(metric_files: list[Path]) -> tuple[float, int | None]:
         for rec in read_records(path):
             if rec.get("rank", 0) not in (0, None):
                 continue
-            event, step, ts = rec.get("event", "step"), rec.get("step"), rec.get("time")
+            event, step, ts = metric_event(rec.get("event")), rec.get("step"), rec.get("time")
             if not isinstance(ts, (int, float)):
                 continue
-            if event in ("resume",):
+            if event is MetricEvent.RESUME:
                 prev_time = ts
-            if event != "step" or not isinstance(step, int):
+            if event is not MetricEvent.STEP or not isinstance(step, int):
                 continue
             if prev_time is not None:
                 latest[step] = max(0.0, ts - prev_time)

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurm_acme import contracts as c
 from slurm_acme.ft.spec import TrainSpec
 from slurm_acme.slurm import sbatch_argv
 
@@ -86,12 +87,12 @@ def render_script(*, run_id: str, name: str, workdir: str, run_dir: str, db_url:
         "#!/bin/bash",
         f"# slurm-acme fault-tolerant run {q(run_id)} ({q(name)}), written by `sacme submit`.",
         "# The supervisor records every attempt and decides every restart.",
-        f"export ACME_RUN_ID={q(run_id)}",
-        f"export ACME_DB={q(db_url)}",
-        f"export ACME_RUN_DIR={q(run_dir)}",
+        f"export {c.ENV_RUN_ID}={q(run_id)}",
+        f"export {c.ENV_DB}={q(db_url)}",
+        f"export {c.ENV_RUN_DIR}={q(run_dir)}",
     ]
     if config_path:
-        lines.append(f"export ACME_CONF={q(config_path)}")
+        lines.append(f"export {c.ENV_CONF}={q(config_path)}")
     lines += [f"cd {q(workdir)} || exit 1",
               f"exec {q(python)} -m slurm_acme supervise {q(run_id)}", ""]
     return "\n".join(lines)

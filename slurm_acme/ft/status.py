@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from slurm_acme.contracts import AttemptFile, attempt_file
 from slurm_acme.ft.metrics import useful_seconds
 from slurm_acme.ft.plan import run_dir_for
 from slurm_acme.store import Store
@@ -59,7 +60,7 @@ class RunView:
 
 def metric_files(run: run_store.RunRow, attempts: list[run_store.AttemptRow]) -> list[Path]:
     run_dir = Path(run_dir_for(run.workdir or ".", run.run_id))
-    return [run_dir / f"attempt-{a.attempt}-{a.job_id}.metrics.jsonl" for a in attempts]
+    return [attempt_file(run_dir, a.attempt, a.job_id, AttemptFile.METRICS) for a in attempts]
 
 
 def run_view(store: Store, run: run_store.RunRow) -> RunView:

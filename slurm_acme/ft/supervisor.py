@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_acme import exitcodes
+from slurm_acme.contracts import REQUEUE_HELPER_LOG, AttemptFile, attempt_file
 from slurm_acme.errors import AcmeError, InputError
 from slurm_acme.ft import policy
 from slurm_acme.ft.deps import (
@@ -75,8 +76,8 @@ class JobContext:
                    cluster=env.get("SLURM_CLUSTER_NAME", ""), run_dir=run_dir,
                    workdir=workdir)
 
-    def path(self, kind: str) -> Path:
-        return Path(self.run_dir) / f"attempt-{self.attempt}-{self.job_id}.{kind}"
+    def path(self, kind: AttemptFile) -> Path:
+        return attempt_file(self.run_dir, self.attempt, self.job_id, kind)
 
 
 @dataclass
@@ -267,7 +268,7 @@ class Supervisor:
         port = master_port(ctx.job_id, ctx.attempt)
         env = training_env(self.spec, base=self.env, ckpt_dir=ckpt_dir,
                            resume_from=resume.path if resume else None, skip_steps=skip,
-                           metrics_file=str(ctx.path("metrics.jsonl")), master_addr=addr,
+                           metrics_file=str(ctx.path(AttemptFile.METRICS)), master_addr=addr,
                            port=port, run_id=ctx.run_id, attempt=ctx.attempt)
         argv = srun_argv(self.spec, nodes) if nodes else tuple(self.spec.argv)
         launch = Launch(argv=argv, env=env, nodes=tuple(nodes),
@@ -296,11 +297,11 @@ class Supervisor:
         launch, proc = launched
         watcher = self.watcher_factory(self.spec.diagnosis.rules)
         lock = threading.Lock()
-        log_file = self.ctx.path("log").open("a", encoding="utf-8")
+        log_file = self.ctx.path(AttemptFile.LOG).open("a", encoding="utf-8")
         reader = threading.Thread(target=_pump, args=(proc, launch, watcher, lock, log_file),
                                   daemon=True)
         reader.start()
-        metrics = MetricsTail(self.ctx.path("metrics.jsonl"))
+        metrics = MetricsTail(self.ctx.path(AttemptFile.METRICS))
         hang_timeout = self.spec.fault_tolerance.hang_timeout
         startup_timeout = self.spec.fault_tolerance.startup_timeout
         launched_at = time.time()
@@ -334,7 +335,7 @@ class Supervisor:
         with lock:
             finding = None if rc == 0 and not hung else watcher.finding()
             compressed = watcher.compressed_lines()
-        self.ctx.path("compressed.log").write_text("\n".join(compressed) + "\n", encoding="utf-8")
+        self.ctx.path(AttemptFile.COMPRESSED_LOG).write_text("\n".join(compressed) + "\n", encoding="utf-8")
         end = policy.AttemptEnd(exit_code=rc, finding=finding, hung=hung,
                                 time_limit_signal=self.signals.usr2,
                                 spike_step=metrics.spike_step if rc != 0 else None,
@@ -363,7 +364,7 @@ class Supervisor:
                 action=f.action, node=f.node, rule_id=f.rule_id, confidence=f.confidence,
                 evidence=list(f.evidence), source=f.source,
                 gpus=self.spec.gpus_per_node * len(nodes), time_to_failure_s=now - start,
-                log_path=str(ctx.path("log")))
+                log_path=str(ctx.path(AttemptFile.LOG)))
         lost = 0.0 if decision.outcome == policy.COMPLETED else now - (last_ckpt_ts or start)
         detail: dict[str, object] = {"reason": decision.reason}
         if decision.rollback_before is not None:
@@ -388,14 +389,14 @@ class Supervisor:
                               | set(self.spec.fault_tolerance.exclude))
         self.signals.requeue_pending = True
         self.spawn(ctx.job_id, exclude=all_excluded, mode="requeue",
-                   log_path=str(Path(ctx.run_dir) / "requeue-helper.log"))
+                   log_path=str(Path(ctx.run_dir) / REQUEUE_HELPER_LOG))
         deadline = time.time() + self.requeue_wait_s
         while time.time() < deadline and not self.signals.term:
             time.sleep(self.poll_s)
         if not self.signals.term and self.requeue_wait_s > 0:
             run_store.update_run(self.store, ctx.run_id, state="STOPPED",
                                  reason=f"{decision.reason}; but the job was not requeued within "
-                                 f"{self.requeue_wait_s:g}s (see {ctx.run_dir}/requeue-helper.log)")
+                                 f"{self.requeue_wait_s:g}s (see {ctx.run_dir}/{REQUEUE_HELPER_LOG})")
         return decision.exit_code
 
     def _record_checkpoints(self) -> None:
@@ -434,7 +435,7 @@ class Supervisor:
                               last_step=last_step, time_lost_s=now - (last_ckpt_ts or start),
                               detail={"reason": "killed by Slurm (SIGTERM)"})
         self.spawn(ctx.job_id, exclude=[], mode="watch",
-                   log_path=str(Path(ctx.run_dir) / "requeue-helper.log"))
+                   log_path=str(Path(ctx.run_dir) / REQUEUE_HELPER_LOG))
         return 128 + signal.SIGTERM
 
 
