@@ -33,8 +33,6 @@ def default_store_url() -> str:
 
 class StoreConfig(_Section):
     url: str = Field(default_factory=default_store_url, description="SQLAlchemy URL")
-    #: Days of raw telemetry samples to keep; per-job summaries and rollups stay.
-    sample_retention_days: int = Field(default=30, ge=1)
 
 
 class NameRule(_Section):
@@ -79,6 +77,23 @@ class TelemetryConfig(_Section):
     spool_keep_hours: float = Field(default=24.0, ge=0)
     #: A job summary whose samples cover less of its walltime than this is flagged.
     min_coverage: float = Field(default=0.8, ge=0, le=1)
+    #: Days of raw GPU and node samples the central store keeps; hourly rollups
+    #: and per-job summaries are kept indefinitely.
+    raw_retention_days: float = Field(default=14.0, gt=0)
+    #: At most this many raw rows are deleted per retention transaction (SQLite),
+    #: so pruning never holds the store's write lock for long.
+    prune_batch: int = Field(default=20000, ge=1)
+    #: Where per-job summaries and rollups come from: this project's node
+    #: collectors, or PromQL range queries over an existing Prometheus that
+    #: scrapes dcgm-exporter (``sacme collectd import``).
+    source: Literal["collector", "prometheus"] = "collector"
+    #: Base URL of that Prometheus (``http://host:9090``), for ``source = "prometheus"``.
+    prometheus_url: str = ""
+    #: Port the node collector serves ``/metrics`` on (Prometheus exposition,
+    #: dcgm-exporter's metric names); 0 = off.
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    #: Address ``/metrics`` listens on.
+    metrics_address: str = "0.0.0.0"
 
 
 class ReportConfig(_Section):

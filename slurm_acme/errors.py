@@ -24,7 +24,15 @@ class ConfigError(InputError):
     """``acme.toml`` (or another config file) is malformed or invalid."""
 
 
-class StoreUnavailable(AcmeError):
+class StoreError(AcmeError):
+    """A store operation failed (database locked, disk full, connection lost).
+
+    The store door raises this instead of SQLAlchemy's or the driver's own
+    errors, so no caller outside ``slurm_acme.store`` needs to know them.
+    """
+
+
+class StoreUnavailable(StoreError):
     """The database URL cannot be reached or opened."""
 
 

@@ -95,8 +95,8 @@ def flush(ctx: click.Context, all_nodes: bool, as_json: bool) -> None:
         node = _settings(app, name, spool_dir=ctx.meta["collectd.spool_dir"])
         spool = open_store(node.spool_url)
         try:
-            result = tstore.copy_all(spool, target, batch=node.flush_batch,
-                                     min_coverage=node.min_coverage)
+            result = tstore.copy_all(spool, target, batch=node.telemetry.flush_batch,
+                                     min_coverage=node.telemetry.min_coverage)
         finally:
             spool.dispose()
         out[name] = {"gpu_rows": result.gpu_rows, "node_rows": result.node_rows,
@@ -182,11 +182,11 @@ def job(ctx: click.Context, cluster: str | None, as_json: bool, job_id: str) -> 
 @click.option("--dry-run", is_flag=True, help="Only say what would be deleted.")
 @click.pass_context
 def prune(ctx: click.Context, dry_run: bool) -> None:
-    """Delete raw samples older than store.sample_retention_days (summaries stay)."""
+    """Delete raw samples older than telemetry.raw_retention_days (summaries and rollups stay)."""
     from slurm_acme.store import telemetry as tstore
 
     app: AppContext = ctx.obj
-    days = app.config.store.sample_retention_days
+    days = app.config.telemetry.raw_retention_days
     before = time.time() - days * 86400
     if dry_run:
         click.echo(f"would delete GPU and node samples older than {days} days (ts < {before:.0f})")

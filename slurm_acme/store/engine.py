@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, SQLAlchemyError
 
-from slurm_acme.errors import StoreUnavailable
+from slurm_acme.errors import StoreError, StoreUnavailable
 
 #: How long a writer waits for SQLite's lock before failing (ms).
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -37,6 +40,34 @@ def _tune_sqlite(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def sql_reason(exc: SQLAlchemyError) -> str:
+    """The driver's one-line reason for a SQL error (no SQL text, no traceback)."""
+    orig = getattr(exc, "orig", None)
+    text_ = str(orig if orig is not None else exc).strip()
+    return text_.splitlines()[0] if text_ else type(exc).__name__
+
+
+def store_door(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Turn SQLAlchemy and driver errors raised by ``fn`` into :class:`StoreError`.
+
+    Why: callers outside the store (the node collector above all) must be
+    able to handle "the store failed" without importing SQLAlchemy.
+    """
+
+    @functools.wraps(fn)
+    def guarded(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return fn(*args, **kwargs)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"store: {fn.__name__}: {sql_reason(exc)}") from exc
+
+    return guarded
 
 
 @dataclass(frozen=True)

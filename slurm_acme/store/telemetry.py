@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, case, delete, func, select, text, update
 
-from slurm_acme.store.engine import Store
+from slurm_acme.store.engine import Store, store_door
 from slurm_acme.store.rows import get_meta, set_meta, upsert
 from slurm_acme.store.schema.telemetry import gpu_samples, job_nodes, job_summaries, node_samples
 
@@ -30,6 +30,7 @@ _SUMMED = ("gpu_util", "sm_active", "gpu_mem")
 
 # ------------------------------------------------------------------ spool side
 
+@store_door
 def insert_tick(spool: Store, node_row: Mapping[str, Any], gpu_rows: Sequence[Mapping[str, Any]]) -> None:
     """One sampling tick, committed as a unit (kill -9 loses at most this tick)."""
     with spool.engine.begin() as conn:
@@ -37,6 +38,7 @@ def insert_tick(spool: Store, node_row: Mapping[str, Any], gpu_rows: Sequence[Ma
         upsert(conn, gpu_samples, list(gpu_rows), GPU_KEY, update=())
 
 
+@store_door
 def record_start(spool: Store, row: Mapping[str, Any]) -> None:
     """A prolog mark: the job started on this node with these GPUs (a requeue restarts it)."""
     fields = {**row, "end_ts": None, "exit_code": None, "synced": 0}
@@ -44,6 +46,7 @@ def record_start(spool: Store, row: Mapping[str, Any]) -> None:
         upsert(conn, job_nodes, [fields], JOB_NODE_KEY)
 
 
+@store_door
 def record_end(spool: Store, key: Mapping[str, str], end_ts: float, exit_code: int | None,
                partial: Mapping[str, Any]) -> None:
     """An epilog mark plus this node's share of the job summary."""
@@ -52,6 +55,7 @@ def record_end(spool: Store, key: Mapping[str, str], end_ts: float, exit_code: i
         upsert(conn, job_nodes, [row], JOB_NODE_KEY)
 
 
+@store_door
 def job_node(spool: Store, cluster: str, job_id: str, node: str) -> dict[str, Any] | None:
     c = job_nodes.c
     with spool.engine.connect() as conn:
@@ -60,6 +64,7 @@ def job_node(spool: Store, cluster: str, job_id: str, node: str) -> dict[str, An
     return dict(row._mapping) if row else None
 
 
+@store_door
 def open_jobs(spool: Store, cluster: str, node: str) -> list[dict[str, Any]]:
     """Jobs whose prolog ran on ``node`` and whose epilog has not (yet)."""
     c = job_nodes.c
@@ -69,6 +74,7 @@ def open_jobs(spool: Store, cluster: str, node: str) -> list[dict[str, Any]]:
         return [dict(r._mapping) for r in rows]
 
 
+@store_door
 def node_share(spool: Store, cluster: str, node: str, job_id: str, start: float,
                end: float) -> dict[str, Any]:
     """SQL aggregates of one job's samples on one node, for its summary share."""
@@ -164,6 +170,7 @@ def insert_ignore(conn: Connection, table, rows: Sequence[Mapping[str, Any]],  #
         cursor.close()
 
 
+@store_door
 def flush(spool: Store, central: Store, *, batch: int, min_coverage: float) -> FlushResult:
     """Push everything the central store has not acknowledged; raises if it is down.
 
@@ -258,6 +265,7 @@ def summarise(shares: Sequence[Mapping[str, Any]], min_coverage: float) -> dict[
 
 # ------------------------------------------------------------------ retention
 
+@store_door
 def prune_flushed(spool: Store, before_ts: float) -> int:
     """Delete spool samples older than ``before_ts`` that the central store has."""
     removed = 0
@@ -272,8 +280,9 @@ def prune_flushed(spool: Store, before_ts: float) -> int:
     return removed
 
 
+@store_door
 def prune_samples(store: Store, before_ts: float) -> int:
-    """``store.sample_retention_days``: raw samples go, summaries and job rows stay."""
+    """``telemetry.raw_retention_days``: raw samples go, summaries and job rows stay."""
     removed = 0
     with store.engine.begin() as conn:
         for table in (gpu_samples, node_samples):
@@ -281,6 +290,7 @@ def prune_samples(store: Store, before_ts: float) -> int:
     return removed
 
 
+@store_door
 def copy_all(spool: Store, target: Store, *, batch: int, min_coverage: float) -> FlushResult:
     """Send every row the spool still holds to another store (idempotent backfill)."""
     sent = FlushResult()
@@ -308,6 +318,7 @@ def copy_all(spool: Store, target: Store, *, batch: int, min_coverage: float) ->
 
 # ------------------------------------------------------------------ reading back
 
+@store_door
 def job_summary(store: Store, cluster: str, job_id: str) -> dict[str, Any] | None:
     c = job_summaries.c
     with store.engine.connect() as conn:
@@ -316,6 +327,7 @@ def job_summary(store: Store, cluster: str, job_id: str) -> dict[str, Any] | Non
     return dict(row._mapping) if row else None
 
 
+@store_door
 def job_rows(store: Store, cluster: str, job_id: str) -> dict[str, list[dict[str, Any]]]:
     """Everything the store holds about one job: node rows, node and GPU samples."""
     jn, g, n = job_nodes.c, gpu_samples.c, node_samples.c
@@ -336,6 +348,7 @@ def job_rows(store: Store, cluster: str, job_id: str) -> dict[str, list[dict[str
     return {"job_nodes": nodes, "gpu_samples": gpus, "node_samples": samples}
 
 
+@store_door
 def count_rows(store: Store, cluster: str | None = None) -> dict[str, int]:
     """Row counts per telemetry table (for `collectd status` and tests)."""
     out = {}
@@ -348,6 +361,7 @@ def count_rows(store: Store, cluster: str | None = None) -> dict[str, int]:
     return out
 
 
+@store_door
 def recent_summaries(store: Store, limit: int = 20, job_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
     q = select(job_summaries).order_by(job_summaries.c.end_ts.desc()).limit(limit)
     if job_ids is not None:

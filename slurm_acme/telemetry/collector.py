@@ -15,13 +15,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from slurm_acme.errors import AcmeError
+from slurm_acme.errors import AcmeError, StoreError
+from slurm_acme.slurm import Slurm
 from slurm_acme.store import Store, open_store
 from slurm_acme.store import telemetry as tstore
 from slurm_acme.telemetry import marks as markfiles
-from slurm_acme.telemetry import slurm_gpus
 from slurm_acme.telemetry.records import GPU_FIELDS, NODE_FIELDS, Reading
 from slurm_acme.telemetry.samplers import Sampler, build_samplers
 from slurm_acme.telemetry.settings import CollectorSettings
@@ -86,13 +84,13 @@ class Collector:
                 self.process_marks()
                 if now >= next_tick:
                     self.tick(now)
-            except (SQLAlchemyError, OSError) as exc:  # a full or locked spool: retry, keep going
+            except (StoreError, OSError) as exc:  # a full or locked spool: retry, keep going
                 self.say_once(f"spool:{type(exc).__name__}", "%s: spool problem (will retry): %s",
                               self.settings.node, exc)
             if now >= next_tick:
-                next_tick += self.settings.interval_s
+                next_tick += self.settings.telemetry.interval_s
                 if next_tick < now:  # fell behind (suspended, slow sensor): skip, don't burst
-                    next_tick = now + self.settings.interval_s
+                    next_tick = now + self.settings.telemetry.interval_s
             self.maybe_flush(self.clock())
             wait = min(MARK_POLL_S, max(0.0, next_tick - self.clock()))
             self.stop_event.wait(wait)
@@ -178,7 +176,7 @@ class Collector:
 
     def _ask_slurm(self, job_id: str, node: str) -> tuple[int, ...] | None:
         try:
-            return slurm_gpus.allocated_gpus(job_id, node, timeout=self.settings.slurm_timeout_s)
+            return Slurm(timeout=self.settings.slurm_timeout_s).job_gpus_on_node(job_id, node)
         except AcmeError as exc:
             self.say_once(f"slurm:{type(exc).__name__}", "%s: cannot ask Slurm for GPU indices: %s",
                           self.settings.node, exc)
@@ -215,7 +213,7 @@ class Collector:
         start = row["start_ts"] if row else None
         agg = tstore.node_share(self.spool, s.cluster, s.node, mark.job_id,
                                 start if start is not None else mark.ts, mark.ts)
-        share = node_share(agg, start=start, end=mark.ts, interval_s=s.interval_s,
+        share = node_share(agg, start=start, end=mark.ts, interval_s=s.telemetry.interval_s,
                            has_gpus=bool(row and row.get("gpu_indices")))
         earlier = (row or {}).get("flags") or ""
         share["flags"] = ",".join(f for f in (*earlier.split(","), *share["flags"].split(",")) if f)
@@ -229,11 +227,11 @@ class Collector:
     def maybe_flush(self, now: float, *, force: bool = False) -> tstore.FlushResult | None:
         if not (force or self.flush_due or now >= self.next_flush):
             return None
-        self.next_flush = now + self.settings.flush_interval_s
+        self.next_flush = now + self.settings.telemetry.flush_interval_s
         self.flush_due = False
         result = self.flush()
         if result is not None:
-            keep = self.settings.spool_keep_hours * 3600
+            keep = self.settings.telemetry.spool_keep_hours * 3600
             assert self.spool is not None
             tstore.prune_flushed(self.spool, now - keep)
         return result
@@ -247,9 +245,9 @@ class Collector:
         try:
             if self.central is None:
                 self.central = self.open_central(s.store_url)
-            result = tstore.flush(self.spool, self.central, batch=s.flush_batch,
-                                  min_coverage=s.min_coverage)
-        except (AcmeError, SQLAlchemyError, OSError) as exc:
+            result = tstore.flush(self.spool, self.central, batch=s.telemetry.flush_batch,
+                                  min_coverage=s.telemetry.min_coverage)
+        except (AcmeError, OSError) as exc:
             self.say_once("store-down", "%s: central store unavailable, spooling locally: %s",
                           s.node, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             if self.central is not None:

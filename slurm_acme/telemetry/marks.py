@@ -1,7 +1,7 @@
 """The prolog/epilog mark files: the only thing the hooks write.
 
 ``<spool>/<node>/marks/<job>.<restart>.start`` and ``... .end``, one JSON object
-each (``"v": 1``). The mark's time is its file's mtime (the hooks avoid forking
+each (``"v": MARK_VERSION``). The mark's time is its file's mtime (the hooks avoid forking
 ``date``); a ``ts`` field, when present, wins. The hooks write a mark with one
 ``write(2)``, so a mark that does not parse yet is waited for a few seconds and
 then moved aside to ``marks/bad/`` and reported, never retried forever.
@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import Any
 
 KINDS = ("start", "end")
+#: The mark format's version: the contract between the hooks (which write it,
+#: ``prolog/acme-prolog``) and the collector (which reads it). Bump it, and
+#: keep reading the old one, whenever a field changes meaning.
+MARK_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,7 @@ class Mark:
 
 
 class BadMark(ValueError):
-    """A mark file that is not a version-1 mark."""
+    """A mark file that is not a mark of :data:`MARK_VERSION`."""
 
 
 def parse_gpu_list(text: str | None) -> tuple[tuple[int, ...] | None, tuple[str, ...]]:
@@ -74,8 +78,8 @@ def parse_mark(text: str, kind: str, mtime: float | None = None) -> Mark:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadMark(f"not JSON: {exc}") from None
-    if not isinstance(data, dict) or data.get("v") != 1:
-        raise BadMark("not a version-1 mark")
+    if not isinstance(data, dict) or data.get("v") != MARK_VERSION:
+        raise BadMark(f"not a version-{MARK_VERSION} mark")
     try:
         indices, uuids = parse_gpu_list(data.get("gpus"))
         return Mark(kind=kind, job_id=str(data["job_id"]), node=str(data["node"]),

@@ -32,19 +32,20 @@ def build_samplers(settings: CollectorSettings) -> list[Sampler]:
     With ``synthetic_gpus`` set, the synthetic sampler replaces NVML and DCGM:
     the two must never mix on one node.
     """
-    wanted = settings.samplers
+    t = settings.telemetry
+    wanted = t.samplers
     out: list[Sampler] = []
-    if settings.synthetic_gpus:
-        out.append(SyntheticGpuSampler(settings.synthetic_gpus, settings.node))
+    if t.synthetic_gpus:
+        out.append(SyntheticGpuSampler(t.synthetic_gpus, settings.node))
     else:
         if "nvml" in wanted:
             out.append(NvmlSampler())
         if "dcgm" in wanted:
-            out.append(DcgmSampler(settings.sensor_timeout_s))
+            out.append(DcgmSampler(t.sensor_timeout_s))
     if "host" in wanted:
         out.append(HostSampler())
     if "ipmi" in wanted:
-        out.append(IpmiSampler(settings.sensor_timeout_s))
+        out.append(IpmiSampler(t.sensor_timeout_s))
     if "infiniband" in wanted:
         out.append(InfinibandSampler())
     return out

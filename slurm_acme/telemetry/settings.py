@@ -1,13 +1,24 @@
-"""Everything one node collector needs to know, derived once from acme.toml and flags."""
+"""Everything one node collector needs to know, derived once from acme.toml and flags.
+
+The telemetry options themselves are declared once, in
+:class:`slurm_acme.config.TelemetryConfig`; the settings hold that validated
+section (with any command-line overrides applied and validated the same way)
+plus the few facts that come from elsewhere: cluster, node, store URL and the
+Slurm command timeout.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from slurm_acme.config import AcmeConfig
+from pydantic import ValidationError
+
+from slurm_acme.config import AcmeConfig, TelemetryConfig
+from slurm_acme.errors import InputError
 
 
 def default_node_name() -> str:
@@ -15,21 +26,44 @@ def default_node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
+def telemetry_with(base: TelemetryConfig, **overrides: Any) -> TelemetryConfig:
+    """``base`` with the non-None ``overrides`` applied, validated like acme.toml."""
+    values = {**base.model_dump(), **{k: v for k, v in overrides.items() if v is not None}}
+    if "spool_dir" in values:
+        values["spool_dir"] = str(values["spool_dir"])
+    try:
+        return TelemetryConfig.model_validate(values)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name = ".".join(str(p) for p in error["loc"])
+        raise InputError(f"telemetry.{name}: {error['msg'].lower()} (got {error.get('input')!r})") from None
+
+
 @dataclass(frozen=True)
 class CollectorSettings:
     cluster: str
     node: str
-    spool_dir: Path
     store_url: str | None
-    interval_s: float = 15.0
-    flush_interval_s: float = 60.0
-    flush_batch: int = 5000
-    sensor_timeout_s: float = 5.0
-    samplers: tuple[str, ...] = ("nvml", "dcgm", "ipmi", "host", "infiniband")
-    synthetic_gpus: int = 0
-    min_coverage: float = 0.8
-    spool_keep_hours: float = 24.0
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     slurm_timeout_s: float = 10.0
+
+    @classmethod
+    def build(cls, cluster: str, node: str, store_url: str | None, *,
+              slurm_timeout_s: float = 10.0, **telemetry: Any) -> CollectorSettings:
+        """Settings from built-in telemetry defaults plus ``telemetry`` overrides."""
+        return cls(cluster, node, store_url, telemetry_with(TelemetryConfig(), **telemetry),
+                   slurm_timeout_s)
+
+    @classmethod
+    def from_config(cls, config: AcmeConfig, *, node: str | None = None,
+                    store_url: str | None = None, **overrides: Any) -> CollectorSettings:
+        return cls(cluster=config.cluster.name, node=node or default_node_name(),
+                   store_url=store_url, telemetry=telemetry_with(config.telemetry, **overrides),
+                   slurm_timeout_s=min(config.slurm.command_timeout_s, 10.0))
+
+    @property
+    def spool_dir(self) -> Path:
+        return Path(self.telemetry.spool_dir)
 
     @property
     def node_dir(self) -> Path:
@@ -50,20 +84,3 @@ class CollectorSettings:
     @property
     def lockfile(self) -> Path:
         return self.node_dir / "collectd.lock"
-
-    @classmethod
-    def from_config(cls, config: AcmeConfig, *, node: str | None = None,
-                    store_url: str | None = None, **overrides: object) -> CollectorSettings:
-        t = config.telemetry
-        values: dict[str, object] = {
-            "cluster": config.cluster.name, "node": node or default_node_name(),
-            "spool_dir": Path(t.spool_dir), "store_url": store_url, "interval_s": t.interval_s,
-            "flush_interval_s": t.flush_interval_s, "flush_batch": t.flush_batch,
-            "sensor_timeout_s": t.sensor_timeout_s, "samplers": tuple(t.samplers),
-            "synthetic_gpus": t.synthetic_gpus, "min_coverage": t.min_coverage,
-            "spool_keep_hours": t.spool_keep_hours,
-            "slurm_timeout_s": min(config.slurm.command_timeout_s, 10.0)}
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        if "spool_dir" in overrides and overrides["spool_dir"] is not None:
-            values["spool_dir"] = Path(str(overrides["spool_dir"]))
-        return cls(**values)  # type: ignore[arg-type]

@@ -47,8 +47,8 @@ class PowerSampler:
 
 
 def settings(tmp_path: Path, url: str | None, node: str = "n1", **kw) -> CollectorSettings:
-    return CollectorSettings(cluster="acme", node=node, spool_dir=tmp_path / "spool", store_url=url,
-                             interval_s=10.0, flush_interval_s=60.0, **kw)
+    return CollectorSettings.build("acme", node, url, spool_dir=tmp_path / "spool",
+                                   interval_s=10.0, flush_interval_s=60.0, **kw)
 
 
 def write_mark(s: CollectorSettings, job: str, kind: str, ts: float, gpus: str | None = "1,3",
@@ -333,8 +333,8 @@ def test_run_loop_survives_a_spool_error_and_flushes_on_stop(tmp_path, sqlite_ur
     from slurm_acme.store import open_store
 
     central = open_store(sqlite_url)
-    s = CollectorSettings(cluster="acme", node="n1", spool_dir=tmp_path / "spool",
-                          store_url=sqlite_url, interval_s=0.2, flush_interval_s=3600)
+    s = CollectorSettings.build("acme", "n1", sqlite_url, spool_dir=tmp_path / "spool",
+                                interval_s=0.2, flush_interval_s=3600)
     c = Collector(s, samplers=[HostSampler()], open_central=lambda url: central)
     c.start()
     real = tstore.insert_tick
@@ -357,3 +357,18 @@ def test_run_loop_survives_a_spool_error_and_flushes_on_stop(tmp_path, sqlite_ur
     assert not thread.is_alive() and calls["n"] >= 4
     assert tstore.count_rows(central)["node_samples"] == calls["n"] - 1  # flushed at stop
     central.dispose()
+
+
+def test_a_failing_store_raises_the_projects_own_error_not_sqlalchemys(tmp_path):
+    """The store door: a SQL failure reaches the collector as StoreError."""
+    from sqlalchemy import text
+
+    from slurm_acme.errors import StoreError
+    from slurm_acme.store import open_store
+
+    spool = open_store(f"sqlite:///{tmp_path / 'spool.db'}")
+    with spool.engine.begin() as conn:
+        conn.execute(text("DROP TABLE node_samples"))
+    with pytest.raises(StoreError, match="insert_tick: no such table: node_samples"):
+        tstore.insert_tick(spool, {"cluster": "acme", "node": "n1", "ts": T0}, [])
+    spool.dispose()

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from slurm_acme.telemetry.marks import MARK_VERSION, read_mark
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -64,7 +66,7 @@ def test_prolog_marks_start_with_gpus_user_and_time(tree):
     proc = run_hook(tree, "prolog", slurm_env(tree, SLURM_JOB_GPUS="0,1,2"))
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == ""
     mark = marks(tree)["4242.0.start"]
-    assert mark["v"] == 1 and mark["kind"] == "start" and mark["job_id"] == "4242"
+    assert mark["v"] == MARK_VERSION and mark["kind"] == "start" and mark["job_id"] == "4242"
     assert mark["node"] == "node7" and mark["user"] == "alice" and mark["gpus"] == "0,1,2"
     mtime = (tree / "spool" / "node7" / "marks" / "4242.0.start").stat().st_mtime
     assert before - 1 <= mtime <= time.time() + 1  # the mark's time is its mtime
@@ -182,3 +184,19 @@ def test_epilog_named_hook_without_context_writes_an_end_mark(tree):
 def test_hooks_are_posix_sh_without_syntax_errors():
     for rel in ("prolog/acme-prolog", "epilog/acme-epilog", "sbin/acme-collectd"):
         assert subprocess.run(["/bin/sh", "-n", str(REPO / rel)], check=False).returncode == 0, rel
+
+
+@pytest.mark.parametrize("hook,kind", [("prolog", "start"), ("epilog", "end")])
+def test_marks_the_hooks_write_are_read_back_by_the_collector(tree, hook, kind):
+    """The mark version contract, writer to reader: what the real hook writes,
+    the collector's reader parses into the same job, node, user, GPUs, exit code."""
+    env = slurm_env(tree, SLURM_JOB_GPUS="1,3", SLURM_JOB_EXIT_CODE2="0:9",
+                    SLURM_SCRIPT_CONTEXT=f"{hook}_slurmd")
+    assert run_hook(tree, hook, env).returncode == 0
+    path = tree / "spool" / "node7" / "marks" / f"4242.0.{kind}"
+    assert json.loads(path.read_text())["v"] == MARK_VERSION
+    mark = read_mark(path)
+    assert (mark.kind, mark.job_id, mark.node, mark.user, mark.gpu_indices) == (
+        kind, "4242", "node7", "alice", (1, 3))
+    assert mark.exit_code == (137 if kind == "end" else None)
+    assert mark.ts == pytest.approx(path.stat().st_mtime)

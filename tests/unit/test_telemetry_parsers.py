@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_acme.telemetry import marks, slurm_gpus
+from slurm_acme.slurm.parse import expand_hostlist, gpu_indices_on
+from slurm_acme.telemetry import marks
 from slurm_acme.telemetry.dcgm import parse_dmon
 from slurm_acme.telemetry.infiniband import InfinibandSampler
 from slurm_acme.telemetry.ipmi import parse_dcmi_power
@@ -78,18 +79,18 @@ def test_checked_rejects_sentinels_and_garbage(raw, flag):
 
 def test_scontrol_per_node_gpu_indices_from_real_22_05_output():
     text = fixture("scontrol_d_o_show_job_22.05.txt")
-    assert slurm_gpus.parse(text, "node1") == (0, 1, 2)
-    assert slurm_gpus.parse(text, "node2") == (0, 1, 2)
-    assert slurm_gpus.parse(text, "node3") is None
+    assert gpu_indices_on(text, "node1") == (0, 1, 2)
+    assert gpu_indices_on(text, "node2") == (0, 1, 2)
+    assert gpu_indices_on(text, "node3") is None
 
 
 def test_scontrol_gpu_indices_with_type_and_ranges():
     text = "JobId=9 Nodes=gpu[07-08] CPU_IDs=0-3 Mem=0 GRES=gpu:a100:3(IDX:0,2-3) Foo=1"
-    assert slurm_gpus.parse(text, "gpu08") == (0, 2, 3)
+    assert gpu_indices_on(text, "gpu08") == (0, 2, 3)
 
 
 def test_hostlist_expansion_keeps_zero_padding():
-    assert slurm_gpus.expand_hostlist("n[1-2,05],login") == ["n1", "n2", "n05", "login"]
+    assert expand_hostlist("n[1-2,05],login") == ["n1", "n2", "n05", "login"]
 
 
 def test_mark_with_gpu_indices_and_uuids():

@@ -23,7 +23,7 @@ def test_settings_follow_config_and_flags(tmp_path):
     conf.write_text('[cluster]\nname = "kalos"\n[telemetry]\nspool_dir = "/x"\ninterval_s = 7\n')
     s = CollectorSettings.from_config(load_config(conf), node="gpu3", store_url="sqlite:///s.db",
                                       interval_s=None, spool_dir=str(tmp_path), synthetic_gpus=2)
-    assert (s.cluster, s.node, s.interval_s, s.synthetic_gpus) == ("kalos", "gpu3", 7.0, 2)
+    assert (s.cluster, s.node, s.telemetry.interval_s, s.telemetry.synthetic_gpus) == ("kalos", "gpu3", 7.0, 2)
     assert s.spool_url == f"sqlite:///{tmp_path}/gpu3/spool.db"
     assert s.marks_dir == tmp_path / "gpu3" / "marks"
 
