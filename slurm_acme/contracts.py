@@ -143,3 +143,12 @@ def attempt_file(run_dir: str | Path, attempt: int, job_id: str, kind: AttemptFi
 
 #: The detached requeue helper's log, one per run directory.
 REQUEUE_HELPER_LOG: Final = "requeue-helper.log"
+
+
+# -------------------------------------------------------------- telemetry marks
+#: The prolog/epilog mark format's version: written by the hooks
+#: (``prolog/acme-prolog`` prints ``"v":1``), read by the node collector
+#: (``telemetry/marks.py``). Bump it, and keep reading the old one, whenever a
+#: mark field changes meaning; ``tests/unit/test_telemetry_hooks.py`` runs the
+#: real hooks and reads their marks back.
+MARK_VERSION: Final = 1

@@ -15,11 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurm_acme.contracts import MARK_VERSION
+
 KINDS = ("start", "end")
-#: The mark format's version: the contract between the hooks (which write it,
-#: ``prolog/acme-prolog``) and the collector (which reads it). Bump it, and
-#: keep reading the old one, whenever a field changes meaning.
-MARK_VERSION = 1
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_acme.telemetry.marks import MARK_VERSION, read_mark
+from slurm_acme.contracts import MARK_VERSION
+from slurm_acme.telemetry.marks import read_mark
 
 REPO = Path(__file__).resolve().parents[2]
 
