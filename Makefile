@@ -47,6 +47,7 @@ bench: venv deps
 
 lint: venv
 	$(BIN)/ruff check slurm_acme tests bench sbin/acme-cluster
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info
