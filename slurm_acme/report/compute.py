@@ -1,7 +1,8 @@
 """Assemble a :class:`Report` from the store's aggregates.
 
-All heavy lifting is SQL in :mod:`slurm_acme.store.report`; this module only
-adds up a few dozen aggregate rows into shares, means and CDFs.
+All heavy lifting is SQL behind :func:`slurm_acme.store.report.read_report`,
+which hands back records; this module only adds up a few dozen aggregate
+records into shares, means and CDFs. It never sees a database connection.
 """
 
 from __future__ import annotations
@@ -11,9 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any
-
-from sqlalchemy import Connection
+from typing import Any, Protocol
 
 from slurm_acme.errors import InputError
 from slurm_acme.report.model import (
@@ -29,7 +28,15 @@ from slurm_acme.report.period import Period
 from slurm_acme.report.reference import reference_rows
 from slurm_acme.store import Store
 from slurm_acme.store import report as q
-from slurm_acme.store.report import OUTCOMES, JobFilter, nearest_rank
+from slurm_acme.store.report import (
+    OUTCOMES,
+    FailureGroup,
+    JobAggregates,
+    JobFilter,
+    JobGroup,
+    ReportReader,
+    nearest_rank,
+)
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -40,6 +47,19 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 
 def _f(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+class Quantiles(Protocol):
+    """What a report reads off a distribution: its size, nearest-rank
+    percentiles and how many values are ``<= x``. :class:`Distribution` knows
+    every value; :class:`Figures` only the figures a rollup stored."""
+
+    @property
+    def n(self) -> int: ...
+
+    def quantile(self, p: int) -> float | None: ...
+
+    def at_most(self, x: float) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -88,15 +108,21 @@ class Figures:
         return self.quantiles[p] if self.n else None
 
     def at_most(self, x: float) -> int:
-        return self.counts_at_most[x] if self.n else 0
+        """Only the stored points (``2**k`` seconds) can be read; any other
+        ``x`` is a programming error, not a zero."""
+        if not self.n:
+            return 0
+        if x not in self.counts_at_most:
+            raise KeyError(f"the rollup stores counts <= 2**k only, not <= {x!r}")
+        return self.counts_at_most[x]
 
 
 @dataclass(frozen=True)
 class Distributions:
     """One metric's distribution per workload type and over all types."""
 
-    by_type: dict[str, Distribution | Figures]
-    overall: Distribution | Figures
+    by_type: dict[str, Quantiles]
+    overall: Quantiles
 
     @classmethod
     def of_points(cls, rows: Iterable[tuple[str, str, float, float]]) -> Distributions:
@@ -111,7 +137,8 @@ class Distributions:
             else:
                 at_most[float(x)] = int(value)
         figures = {t: Figures(n[0], qs, le) for t, (n, qs, le) in parts.items()}
-        overall = figures.pop(q.ALL_TYPES, None) or Distribution((), ())
+        found = figures.pop(q.ALL_TYPES, None)
+        overall: Quantiles = found if found is not None else Distribution((), ())
         return cls({t: f for t, f in figures.items() if f.n}, overall)
 
     @classmethod
@@ -124,7 +151,12 @@ class Distributions:
             total[value] += count
         return cls({t: Distribution.of(p) for t, p in per_type.items()}, Distribution.of(list(total.items())))
 
-    def of_type(self, wtype: str) -> Distribution | Figures:
+    @classmethod
+    def of_aggregates(cls, rows: Iterable[tuple], points: bool) -> Distributions:
+        """From :class:`JobAggregates` ``run`` or ``queue`` rows."""
+        return cls.of_points(rows) if points else cls.of(rows)
+
+    def of_type(self, wtype: str) -> Quantiles:
         return self.by_type.get(wtype) or Distribution((), ())
 
 
@@ -152,10 +184,9 @@ def canonical_type(name: str) -> str:
 
 def check_cluster(store: Store, cluster: str) -> None:
     """``--cluster`` must name a cluster with jobs in the store."""
-    with store.engine.connect() as conn:
-        if q.cluster_exists(conn, cluster):
-            return
-        known = q.known_clusters(conn)
+    if q.cluster_exists(store, cluster):
+        return
+    known = q.known_clusters(store)
     raise InputError(
         f"--cluster {cluster!r} has no jobs in the store (known: {', '.join(known) or 'none'})"
     )
@@ -166,6 +197,33 @@ def _types_present(names: Iterable[str]) -> list[str]:
     return [*WORKLOAD_TYPES, *extra]
 
 
+@dataclass(frozen=True)
+class JobSections:
+    """The sections computed from a period's job aggregates alone."""
+
+    overview: dict[str, Any]
+    workload: dict[str, Any]
+    durations: dict[str, Any]
+    scale: dict[str, Any]
+    states: dict[str, Any]
+
+
+def job_sections(aggregates: JobAggregates, flt: JobFilter, period: Period) -> JobSections:
+    """Overview, workload, durations, scale and states of ``aggregates``."""
+    gpu = list(aggregates.groups)
+    run = Distributions.of_aggregates(aggregates.run, aggregates.points)
+    queue = Distributions.of_aggregates(aggregates.queue, aggregates.points)
+    hist = _gpu_histogram(gpu)
+    types = _types_present(g.wtype for g in gpu)
+    return JobSections(
+        overview=_overview(aggregates.total_jobs, gpu, hist, run, queue, flt, period),
+        workload=_workload(gpu, hist, types),
+        durations=_durations(run, queue, types),
+        scale=_scale(hist),
+        states=_states(gpu),
+    )
+
+
 def build_report(
     store: Store,
     flt: JobFilter,
@@ -174,64 +232,54 @@ def build_report(
     tdp_watts: float,
     compare: bool,
 ) -> Report:
-    """Run the aggregates for ``flt`` and assemble every section.
+    """Ask the store for ``flt``'s aggregates and assemble every section.
 
     Whole-month reports without a user or type filter read the job sections
     off the store's monthly rollups when they are current, else the job rows;
     both give the same numbers."""
-    with store.engine.connect() as conn:
-        try:
-            total_jobs = q.count_jobs(conn, flt)
-            rolled = q.rolled_up_jobs(conn, flt, total_jobs)
-            if rolled is None:
-                q.select_jobs(conn, flt)
-                gpu = q.job_groups(conn)
-                run = Distributions.of(q.value_histogram(conn, "dur"))
-                queue = Distributions.of(q.value_histogram(conn, "que"))
-            elif rolled.points:
-                gpu, run, queue = rolled.gpu, Distributions.of_points(rolled.run), Distributions.of_points(rolled.queue)
-            else:
-                gpu, run, queue = rolled.gpu, Distributions.of(rolled.run), Distributions.of(rolled.queue)
-            utilisation, power = _telemetry(conn, flt, tdp_watts)
-            failures = _failures(conn, flt)
-        finally:
-            q.release_jobs(conn)
-            conn.rollback()
-    hist = _gpu_histogram(gpu)
-    types = _types_present(g["wtype"] for g in gpu)
-    overview = _overview(total_jobs, gpu, hist, run, queue, flt, period)
-    states = _states(gpu)
+    with q.read_report(store, flt) as reader:
+        jobs = job_sections(reader.jobs(), flt, period)
+        utilisation, power = telemetry_sections(reader, tdp_watts)
+        failures = failure_section(reader)
     return Report(
-        overview=overview,
-        workload=_workload(gpu, hist, types),
-        durations=_durations(run, queue, types),
-        scale=_scale(hist),
-        states=states,
+        overview=jobs.overview,
+        workload=jobs.workload,
+        durations=jobs.durations,
+        scale=jobs.scale,
+        states=jobs.states,
         utilisation=utilisation,
         power=power,
         failures=failures,
-        compare=_compare(overview, states, flt) if compare else None,
+        compare=_compare(jobs.overview, jobs.states, flt) if compare else None,
     )
 
 
-def _gpu_histogram(gpu: list[dict[str, Any]]) -> list[tuple[str, int, int, float]]:
+#: ``(type, GPUs per job, jobs, GPU time)`` per distinct type and GPU count.
+Histogram = list[tuple[str, int, int, float]]
+
+
+def _gpu_histogram(gpu: list[JobGroup]) -> Histogram:
     """``(type, gpus, jobs, gpu_time)`` per distinct GPU count, sorted."""
     merged: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0, 0.0])
     for g in gpu:
-        cell = merged[(g["wtype"], int(g["gpus"]))]
-        cell[0] += g["jobs"]
-        cell[1] += float(g["gtime"] or 0.0)
+        cell = merged[(g.wtype, g.gpus)]
+        cell[0] += g.jobs
+        cell[1] += g.gtime
     return [(t, n, int(c[0]), c[1]) for (t, n), c in sorted(merged.items())]
 
 
-def _sum(rows: Iterable[dict[str, Any]], key: str) -> float:
-    return float(sum(r[key] or 0 for r in rows))
+def _jobs(groups: Iterable[JobGroup]) -> float:
+    return float(sum(g.jobs for g in groups))
 
 
-def _overview(total_jobs: int, gpu, hist, run: Distributions, queue: Distributions,  # type: ignore[no-untyped-def]
-              flt: JobFilter, period: Period) -> dict[str, Any]:
+def _gtime(groups: Iterable[JobGroup]) -> float:
+    return float(sum(g.gtime for g in groups))
+
+
+def _overview(total_jobs: int, gpu: list[JobGroup], hist: Histogram, run: Distributions,
+              queue: Distributions, flt: JobFilter, period: Period) -> dict[str, Any]:
     jobs = float(total_jobs)
-    gpu_jobs = _sum(gpu, "jobs")
+    gpu_jobs = _jobs(gpu)
     by_gpus: dict[int, int] = defaultdict(int)
     for _, gpus, count, _ in hist:
         by_gpus[gpus] += count
@@ -244,35 +292,35 @@ def _overview(total_jobs: int, gpu, hist, run: Distributions, queue: Distributio
         "jobs": jobs,
         "cpu_jobs": jobs - gpu_jobs,
         "gpu_jobs": gpu_jobs,
-        "gpu_hours": _sum(gpu, "gtime") / 3600.0,
+        "gpu_hours": _gtime(gpu) / 3600.0,
         "gpu_run_time_median_s": run.overall.quantile(50),
-        "gpu_run_time_mean_s": _ratio(_sum(gpu, "dur_sum"), _sum(gpu, "dur_n")),
-        "gpu_run_time_max_s": _f(max((g["dur_max"] for g in gpu if g["dur_max"] is not None), default=None)),
+        "gpu_run_time_mean_s": _ratio(sum(g.dur_sum or 0.0 for g in gpu), sum(g.dur_n for g in gpu)),
+        "gpu_run_time_max_s": _f(max((g.dur_max for g in gpu if g.dur_max is not None), default=None)),
         "gpu_queue_median_s": queue.overall.quantile(50),
-        "gpu_queue_mean_s": _ratio(_sum(gpu, "que_sum"), _sum(gpu, "que_n")),
-        "gpu_num_mean": _ratio(sum(g["gpus"] * g["jobs"] for g in gpu), gpu_jobs),
+        "gpu_queue_mean_s": _ratio(sum(g.que_sum or 0.0 for g in gpu), sum(g.que_n for g in gpu)),
+        "gpu_num_mean": _ratio(sum(g.gpus * g.jobs for g in gpu), gpu_jobs),
         "gpu_num_median": histogram_quantile(sorted(by_gpus.items()), 50),
         "gpu_num_max": _f(max(by_gpus, default=None)),
     }
 
 
-def _workload(gpu, hist, types: list[str]) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    total_jobs = _sum(gpu, "jobs")
-    total_time = _sum(gpu, "gtime")
+def _workload(gpu: list[JobGroup], hist: Histogram, types: list[str]) -> dict[str, Any]:
+    total_jobs = _jobs(gpu)
+    total_time = _gtime(gpu)
     out: dict[str, Any] = {}
     for wtype in types:
-        rows = [g for g in gpu if g["wtype"] == wtype]
+        rows = [g for g in gpu if g.wtype == wtype]
         demand = [(gpus, count) for t, gpus, count, _ in hist if t == wtype]
         out[wtype] = {
-            "gpu_jobs": _sum(rows, "jobs"),
-            "gpu_job_share": _ratio(_sum(rows, "jobs"), total_jobs),
-            "gpu_time_share": _ratio(_sum(rows, "gtime"), total_time),
+            "gpu_jobs": _jobs(rows),
+            "gpu_job_share": _ratio(_jobs(rows), total_jobs),
+            "gpu_time_share": _ratio(_gtime(rows), total_time),
             "gpu_demand": {f"p{p}": histogram_quantile(demand, p) for p in (25, 50, 75)},
         }
     return out
 
 
-def _one_duration(dist: Distribution, ks: tuple[int, ...]) -> dict[str, Any]:
+def _one_duration(dist: Quantiles, ks: tuple[int, ...]) -> dict[str, Any]:
     n = float(dist.n)
     return {
         "n": n,
@@ -290,7 +338,7 @@ def _durations(run: Distributions, queue: Distributions, types: list[str]) -> di
     return out
 
 
-def _scale(hist) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def _scale(hist: Histogram) -> dict[str, Any]:
     total = sum(t for *_, t in hist)
     cdf = []
     for k in SCALE_CDF_KS:
@@ -300,77 +348,73 @@ def _scale(hist) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     return {"gpu_time_cdf": cdf, "share_gpu_time_ge_256": _ratio(large, total)}
 
 
-def _states(gpu) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    jobs, time = _sum(gpu, "jobs"), _sum(gpu, "gtime")
+def _states(gpu: list[JobGroup]) -> dict[str, Any]:
+    jobs, time = _jobs(gpu), _gtime(gpu)
     by_count, by_time = {}, {}
     for outcome in OUTCOMES:
-        rows = [g for g in gpu if g["outcome"] == outcome]
-        by_count[outcome] = _ratio(_sum(rows, "jobs"), jobs)
-        by_time[outcome] = _ratio(_sum(rows, "gtime"), time)
+        rows = [g for g in gpu if g.outcome == outcome]
+        by_count[outcome] = _ratio(_jobs(rows), jobs)
+        by_time[outcome] = _ratio(_gtime(rows), time)
     return {"gpu_jobs": jobs, "gpu_time_s": time, "by_count": by_count, "by_gpu_time": by_time}
 
 
-def _telemetry(conn: Connection, flt: JobFilter, tdp_watts: float) -> tuple[dict | None, dict | None]:
-    stats = q.gpu_sample_stats(conn, flt, tdp_watts)
-    cluster_scope = not flt.narrows_jobs
-    node_n = q.node_sample_count(conn, flt) if cluster_scope else 0
-    if not stats["samples"] and not node_n:
+def telemetry_sections(reader: ReportReader, tdp_watts: float) -> tuple[dict | None, dict | None]:
+    """The utilisation and power sections (both ``None`` without samples)."""
+    gpu = reader.gpu_samples(tdp_watts)
+    nodes = reader.node_samples()
+    if not gpu.samples and not nodes.samples:
         return None, None
-    medians = q.gpu_sample_medians(conn, flt)
-    nodes = q.node_sample_medians(conn, flt) if cluster_scope else {"cpu": None, "mem": None}
     utilisation = {
-        "gpu_samples": float(stats["samples"]),
-        "node_samples": float(node_n),
-        "zero_util_share": _ratio(stats["util_zero"], stats["util_n"]),
-        "util_median": medians["util"],
-        "sm_active_median": medians["sm_active"],
-        "fb_ge_75_share": _ratio(stats["fb_high"], stats["fb_n"]),
-        "cpu_median": nodes["cpu"],
-        "mem_median": nodes["mem"],
+        "gpu_samples": float(gpu.samples),
+        "node_samples": float(nodes.samples),
+        "zero_util_share": _ratio(gpu.util_zero, gpu.util_n),
+        "util_median": gpu.util_median,
+        "sm_active_median": gpu.sm_active_median,
+        "fb_ge_75_share": _ratio(gpu.fb_high, gpu.fb_n),
+        "cpu_median": nodes.cpu_median,
+        "mem_median": nodes.mem_median,
     }
     share = None
-    if cluster_scope:
-        gpu_w, node_w = q.power_by_node(conn, flt)
+    if not reader.flt.narrows_jobs:
+        gpu_w, node_w = reader.server_power()
         both = sorted(set(gpu_w) & set(node_w))
         share = _ratio(sum(gpu_w[k] for k in both), sum(node_w[k] for k in both))
     power = {
         "tdp_w": float(tdp_watts),
-        "idle_gpu_power_median_w": medians["idle_power"],
-        "over_tdp_share": _ratio(stats["power_over_tdp"], stats["power_n"]),
+        "idle_gpu_power_median_w": gpu.idle_power_median,
+        "over_tdp_share": _ratio(gpu.power_over_tdp, gpu.power_n),
         "gpu_share_of_server_power": share,
     }
     return utilisation, power
 
 
-def _failure_rows(conn: Connection, flt: JobFilter, by_category: bool) -> list[dict[str, Any]]:
-    groups = q.failure_groups(conn, flt, by_category)
-    medians = q.failure_medians(conn, flt, by_category)
-    total_time = sum(float(g["gpu_time"]) for g in groups)
+def _failure_rows(groups: list[FailureGroup]) -> list[dict[str, Any]]:
+    total_time = sum(g.gpu_time for g in groups)
     rows = []
     for g in groups:
-        key = (g["origin"], g["category"]) if by_category else (g["origin"],)
-        row = {"origin": g["origin"]}
-        if by_category:
-            row["category"] = g["category"]
+        row: dict[str, Any] = {"origin": g.origin}
+        if g.category is not None:
+            row["category"] = g.category
         row.update({
-            "count": float(g["count"]),
-            "gpu_time_share": _ratio(g["gpu_time"], total_time),
-            "mean_gpus": _f(g["mean_gpus"]),
-            "ttf_median_s": medians["ttf"].get(key, {}).get(50),
-            "recovery_median_s": medians["recovery"].get(key, {}).get(50),
+            "count": float(g.count),
+            "gpu_time_share": _ratio(g.gpu_time, total_time),
+            "mean_gpus": g.mean_gpus,
+            "ttf_median_s": g.ttf_median_s,
+            "recovery_median_s": g.recovery_median_s,
         })
         rows.append(row)
     return rows
 
 
-def _failures(conn: Connection, flt: JobFilter) -> dict[str, Any] | None:
-    by_category = _failure_rows(conn, flt, by_category=True)
+def failure_section(reader: ReportReader) -> dict[str, Any] | None:
+    """Failures per (origin, category) and per origin; ``None`` without any."""
+    by_category = _failure_rows(reader.failures(by_category=True))
     if not by_category:
         return None
     return {
         "total": float(sum(r["count"] for r in by_category)),
         "by_category": by_category,
-        "by_origin": _failure_rows(conn, flt, by_category=False),
+        "by_origin": _failure_rows(reader.failures(by_category=False)),
     }
 
 

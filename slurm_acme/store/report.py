@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from itertools import accumulate
@@ -112,12 +113,11 @@ def _where(conds: Sequence[ColumnElement[bool]]) -> ColumnElement[bool]:
     return and_(true(), *conds)
 
 
-def cluster_exists(conn: Connection, cluster: str) -> bool:
-    """An index seek, so validating ``--cluster`` costs nothing on a big store."""
+def _cluster_exists(conn: Connection, cluster: str) -> bool:
     return conn.execute(select(literal(1)).where(jobs.c.cluster == cluster).limit(1)).first() is not None
 
 
-def known_clusters(conn: Connection) -> list[str]:
+def _known_clusters(conn: Connection) -> list[str]:
     return [r[0] for r in conn.execute(select(jobs.c.cluster).distinct().order_by(jobs.c.cluster))]
 
 
@@ -194,7 +194,35 @@ def release_jobs(conn: Connection) -> None:
     selected.drop(conn, checkfirst=True)
 
 
-def job_groups(conn: Connection) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class JobGroup:
+    """Counts and sums of the GPU jobs of one (type, outcome, GPUs per job)."""
+
+    wtype: str
+    outcome: str
+    gpus: int
+    jobs: int
+    gtime: float
+    dur_sum: float | None
+    dur_n: int
+    dur_max: float | None
+    que_sum: float | None
+    que_n: int
+
+    @classmethod
+    def of_row(cls, m: Any) -> JobGroup:
+        return cls(
+            wtype=m["wtype"], outcome=m["outcome"], gpus=int(m["gpus"]), jobs=int(m["jobs"]),
+            gtime=float(m["gtime"] or 0.0), dur_sum=_opt(m["dur_sum"]), dur_n=int(m["dur_n"] or 0),
+            dur_max=_opt(m["dur_max"]), que_sum=_opt(m["que_sum"]), que_n=int(m["que_n"] or 0),
+        )
+
+
+def _opt(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def job_groups(conn: Connection) -> list[JobGroup]:
     """Counts and sums of GPU jobs per (type, outcome, GPUs per job), in one
     grouped pass: overview, workload, GPU demand, scale, states and the
     compare row are all sums over these few hundred rows."""
@@ -209,10 +237,10 @@ def job_groups(conn: Connection) -> list[dict[str, Any]]:
         func.sum(s.que).label("que_sum"),
         func.count(s.que).label("que_n"),
     ).where(s.gpus > 0).group_by(s.wtype, s.outcome, s.gpus)
-    return [dict(r._mapping) for r in conn.execute(q)]
+    return [JobGroup.of_row(r._mapping) for r in conn.execute(q)]
 
 
-def value_histogram(conn: Connection, column: str) -> list[tuple[str, float, int]]:  # type: ignore[return-value]
+def value_histogram(conn: Connection, column: str) -> list[tuple[str, float, int]]:
     """``(type, value, jobs)`` per distinct run time (``dur``) or queue delay
     (``que``) of GPU jobs. One grouped pass; Slurm and AcmeTrace times are
     whole seconds, so this is the distribution's support, never the job rows.
@@ -220,7 +248,7 @@ def value_histogram(conn: Connection, column: str) -> list[tuple[str, float, int
     s = selected.c
     v = s[column]
     q = select(s.wtype, v, func.count()).where(and_(s.gpus > 0, v.isnot(None))).group_by(s.wtype, v)
-    return [tuple(r) for r in conn.execute(q.order_by(s.wtype, v)).all()]
+    return [(str(r[0]), float(r[1]), int(r[2])) for r in conn.execute(q.order_by(s.wtype, v)).all()]
 
 
 def nearest_rank(p: int, n: int) -> int:
@@ -468,19 +496,25 @@ def _rollup_conds(table: Table, flt: JobFilter) -> list[ColumnElement[bool]]:
 
 
 @dataclass(frozen=True)
-class RolledUp:
-    """A period's job aggregates read off the rollups: ``gpu`` as
-    :func:`job_groups` returns it; ``run`` and ``queue`` as
-    :func:`value_histogram` returns them, or, with ``points``, as
-    ``(type, kind, x, value)`` rows of ``report_job_points``."""
+class JobAggregates:
+    """Everything the job sections of a report read, for one :class:`JobFilter`.
 
-    gpu: list[dict[str, Any]]
-    run: list[tuple]
-    queue: list[tuple]
+    ``groups`` as :func:`job_groups` returns them. ``run`` and ``queue`` are
+    the run-time and queue-delay distributions of GPU jobs: ``(type, value,
+    jobs)`` rows as :func:`value_histogram` returns them or, with ``points``,
+    a rollup partition's precomputed ``(type, kind, x, value)`` figures (see
+    :func:`distribution_points`; type ``'*'`` is every type).
+    ``from_rollups`` says whether the monthly rollups answered."""
+
+    total_jobs: int
+    groups: tuple[JobGroup, ...]
+    run: tuple[tuple, ...]
+    queue: tuple[tuple, ...]
     points: bool
+    from_rollups: bool
 
 
-def rolled_up_jobs(conn: Connection, flt: JobFilter, total_jobs: int) -> RolledUp | None:
+def rolled_up_jobs(conn: Connection, flt: JobFilter, total_jobs: int) -> JobAggregates | None:
     """What :func:`job_groups` and :func:`value_histogram` (``dur``, ``que``)
     would give for ``flt``, read off current rollups; ``None`` when they
     cannot answer (the caller then takes the job rows). When the period holds
@@ -504,7 +538,7 @@ def rolled_up_jobs(conn: Connection, flt: JobFilter, total_jobs: int) -> RolledU
         func.sum(g.dur_sum).label("dur_sum"), counted(g.dur_n).label("dur_n"), func.max(g.dur_max).label("dur_max"),
         func.sum(g.que_sum).label("que_sum"), counted(g.que_n).label("que_n"),
     ).where(and_(g.gpus > 0, *_rollup_conds(report_job_groups, flt))).group_by(g.wtype, g.outcome, g.gpus)
-    gpu = [dict(r._mapping) for r in conn.execute(groups)]
+    gpu = tuple(JobGroup.of_row(r._mapping) for r in conn.execute(groups))
     current = [k for k, n in built.items() if n]
     if len(current) == 1:  # one cluster, one month: its figures are stored
         (cluster, month), = current
@@ -514,16 +548,17 @@ def rolled_up_jobs(conn: Connection, flt: JobFilter, total_jobs: int) -> RolledU
             .where(and_(pt.cluster == cluster, pt.month_ts == month))
         ).all()
         if {r[0] for r in figures} == {"dur", "que"}:  # else built before the figures were kept
-            return RolledUp(gpu, [tuple(r[1:]) for r in figures if r[0] == "dur"],
-                            [tuple(r[1:]) for r in figures if r[0] == "que"], points=True)
+            return JobAggregates(total_jobs, gpu, tuple(tuple(r[1:]) for r in figures if r[0] == "dur"),
+                                 tuple(tuple(r[1:]) for r in figures if r[0] == "que"),
+                                 points=True, from_rollups=True)
     v = report_job_values.c
     histograms = []
     for metric in ("dur", "que"):
         q = (select(v.wtype, v.value, counted(v.jobs))
              .where(and_(v.metric == metric, *_rollup_conds(report_job_values, flt)))
              .group_by(v.wtype, v.value).order_by(v.wtype, v.value))
-        histograms.append([tuple(r) for r in conn.execute(q).all()])
-    return RolledUp(gpu, histograms[0], histograms[1], points=False)
+        histograms.append(tuple((str(r[0]), float(r[1]), int(r[2])) for r in conn.execute(q).all()))
+    return JobAggregates(total_jobs, gpu, histograms[0], histograms[1], points=False, from_rollups=True)
 
 
 # -- telemetry -----------------------------------------------------------------
@@ -664,3 +699,143 @@ def failure_medians(
         source = select(*keys, column.label("v")).where(and_(column.isnot(None), *_failure_conds(flt)))
         out[name] = grouped_quantiles(conn, source, [50], groups=len(keys), overall=False)
     return out
+
+
+# -- the report's door -----------------------------------------------------------
+#
+# ``slurm_acme.report`` never sees a connection: it opens a :class:`ReportReader`
+# for one filter and gets records back.
+
+@dataclass(frozen=True)
+class GpuSampleFigures:
+    """Counts and medians of the GPU samples a report covers."""
+
+    samples: int
+    util_n: int
+    util_zero: int
+    fb_n: int
+    fb_high: int
+    power_n: int
+    power_over_tdp: int
+    util_median: float | None
+    sm_active_median: float | None
+    idle_power_median: float | None
+
+
+@dataclass(frozen=True)
+class NodeSampleFigures:
+    """Count and medians of the node samples a report covers."""
+
+    samples: int
+    cpu_median: float | None
+    mem_median: float | None
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    """The failures of one origin (and category, when grouped by it)."""
+
+    origin: str
+    category: str | None
+    count: int
+    gpu_time: float
+    mean_gpus: float | None
+    ttf_median_s: float | None
+    recovery_median_s: float | None
+
+
+class ReportReader:
+    """One read-only connection answering the report's questions about one
+    :class:`JobFilter`. Open it with :func:`read_report`.
+
+    The selected jobs are copied into a temporary table at most once, when the
+    rollups cannot answer or when samples and failures must be matched to the
+    selected jobs (a user or type filter)."""
+
+    def __init__(self, conn: Connection, flt: JobFilter) -> None:
+        self._conn = conn
+        self.flt = flt
+        self._selected = False
+
+    def _select(self) -> None:
+        if not self._selected:
+            select_jobs(self._conn, self.flt)
+            self._selected = True
+
+    def jobs(self) -> JobAggregates:
+        """The job sections' aggregates: off current rollups when they can
+        answer (whole months, no user or type filter), else off the job rows."""
+        total = count_jobs(self._conn, self.flt)
+        rolled = rolled_up_jobs(self._conn, self.flt, total)
+        if rolled is not None:
+            return rolled
+        self._select()
+        return JobAggregates(total, tuple(job_groups(self._conn)), tuple(value_histogram(self._conn, "dur")),
+                             tuple(value_histogram(self._conn, "que")), points=False, from_rollups=False)
+
+    def _matched(self) -> None:
+        if self.flt.narrows_jobs:
+            self._select()
+
+    def gpu_samples(self, tdp_watts: float) -> GpuSampleFigures:
+        self._matched()
+        stats = gpu_sample_stats(self._conn, self.flt, tdp_watts)
+        medians = gpu_sample_medians(self._conn, self.flt) if stats["samples"] else {}
+        return GpuSampleFigures(
+            samples=int(stats["samples"] or 0), util_n=int(stats["util_n"] or 0),
+            util_zero=int(stats["util_zero"] or 0), fb_n=int(stats["fb_n"] or 0),
+            fb_high=int(stats["fb_high"] or 0), power_n=int(stats["power_n"] or 0),
+            power_over_tdp=int(stats["power_over_tdp"] or 0), util_median=medians.get("util"),
+            sm_active_median=medians.get("sm_active"), idle_power_median=medians.get("idle_power"),
+        )
+
+    def node_samples(self) -> NodeSampleFigures:
+        """Node figures of the whole cluster (no samples when the filter
+        narrows to users or types: a node is shared)."""
+        if self.flt.narrows_jobs:
+            return NodeSampleFigures(0, None, None)
+        n = node_sample_count(self._conn, self.flt)
+        medians = node_sample_medians(self._conn, self.flt) if n else {"cpu": None, "mem": None}
+        return NodeSampleFigures(n, medians["cpu"], medians["mem"])
+
+    def server_power(self) -> tuple[dict[tuple, float], dict[tuple, float]]:
+        """See :func:`power_by_node`."""
+        return power_by_node(self._conn, self.flt)
+
+    def failures(self, by_category: bool) -> list[FailureGroup]:
+        self._matched()
+        groups = failure_groups(self._conn, self.flt, by_category)
+        medians = failure_medians(self._conn, self.flt, by_category) if groups else {"ttf": {}, "recovery": {}}
+        out = []
+        for g in groups:
+            key = (g["origin"], g["category"]) if by_category else (g["origin"],)
+            out.append(FailureGroup(
+                origin=g["origin"], category=g["category"] if by_category else None, count=int(g["count"]),
+                gpu_time=float(g["gpu_time"] or 0.0), mean_gpus=_opt(g["mean_gpus"]),
+                ttf_median_s=medians["ttf"].get(key, {}).get(50),
+                recovery_median_s=medians["recovery"].get(key, {}).get(50),
+            ))
+        return out
+
+
+@contextmanager
+def read_report(store: Any, flt: JobFilter) -> Iterator[ReportReader]:
+    """A :class:`ReportReader` on its own connection; the temporary table and
+    the read transaction end with the block."""
+    with store.engine.connect() as conn:
+        try:
+            yield ReportReader(conn, flt)
+        finally:
+            release_jobs(conn)
+            conn.rollback()
+
+
+def known_clusters(store: Any) -> list[str]:
+    with store.engine.connect() as conn:
+        return _known_clusters(conn)
+
+
+def cluster_exists(store: Any, cluster: str) -> bool:
+    """An index seek, so validating ``--cluster`` costs nothing on a big store."""
+    with store.engine.connect() as conn:
+        return _cluster_exists(conn, cluster)

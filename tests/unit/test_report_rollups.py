@@ -17,7 +17,7 @@ from slurm_acme.report.period import Period, month_period, parse_instant
 from slurm_acme.report.synthetic import TRACE_COLUMNS, acme_csv_row, synthetic_jobs
 from slurm_acme.store.report import (
     JobFilter,
-    RolledUp,
+    JobAggregates,
     count_jobs,
     refresh_job_rollups,
     rolled_up_jobs,
@@ -39,7 +39,7 @@ def loaded(store):  # type: ignore[no-untyped-def]
     return store, data
 
 
-def rolled_up(store, flt: JobFilter) -> RolledUp | None:  # type: ignore[no-untyped-def]
+def rolled_up(store, flt: JobFilter) -> JobAggregates | None:  # type: ignore[no-untyped-def]
     with store.engine.connect() as conn:
         return rolled_up_jobs(conn, flt, count_jobs(conn, flt))
 
