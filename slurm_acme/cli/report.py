@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 
 import click
 
 from slurm_acme.cli.context import AppContext, pass_app
-
-FORMATS = ("text", "json", "csv", "html")
+from slurm_acme.report.render import DEFAULT_WIDTH, FORMATS
 
 
 @click.command("report")
@@ -40,7 +40,7 @@ def report(app: AppContext, month: str | None, since: str | None, until: str | N
     Exit 0 (also for an empty period, which the report says), 2 for a bad
     month, an unknown cluster or type, or an unwritable --out.
     """
-    from slurm_acme.report import output
+    from slurm_acme.report import output, render
     from slurm_acme.report.access import current_viewer, visible_user
     from slurm_acme.report.compute import build_report, canonical_type, check_cluster
     from slurm_acme.report.period import resolve_period
@@ -60,29 +60,11 @@ def report(app: AppContext, month: str | None, since: str | None, until: str | N
         click.echo(f"sacme: computing report for {period.label} ...", err=True)
     result = build_report(store, flt, period, tdp_watts=config.tdp_watts, compare=compare)
 
-    pngs: dict[str, bytes] = {}
-    if fmt == "html" or plots_dir is not None:
-        from slurm_acme.report.plots import figures
-
-        pngs = figures(result)
-    if fmt == "json":
-        from slurm_acme.report.render_json import render_json
-
-        text = render_json(result)
-    elif fmt == "csv":
-        from slurm_acme.report.render_csv import render_csv
-
-        text = render_csv(result)
-    elif fmt == "html":
-        from slurm_acme.report.render_html import render_html
-
-        text = render_html(result, pngs)
-    else:
-        from slurm_acme.report.render_text import render_text
-
-        text = render_text(result)
+    width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    rendered = render.render(result, fmt, plots=plots_dir is not None, width=width)
+    text = rendered.text
     if plots_dir is not None:
-        for path in output.write_plots(plots_dir, pngs):
+        for path in output.write_plots(plots_dir, rendered.pngs):
             click.echo(f"sacme: wrote {path}", err=True)
     if out_path is not None:
         output.write_text(out_path, text)
