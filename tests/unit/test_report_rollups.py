@@ -16,8 +16,8 @@ from slurm_acme.report.compute import build_report
 from slurm_acme.report.period import Period, month_period, parse_instant
 from slurm_acme.report.synthetic import TRACE_COLUMNS, acme_csv_row, synthetic_jobs
 from slurm_acme.store.report import (
-    JobFilter,
     JobAggregates,
+    JobFilter,
     count_jobs,
     refresh_job_rollups,
     rolled_up_jobs,
