@@ -4,11 +4,19 @@ Where it comes from, first found wins: ``--config PATH``, ``$ACME_CONF``,
 ``/etc/acme/acme.toml``, then built-in defaults. Each section is a pydantic
 model that rejects unknown keys, so a typo is an error that names the file,
 the field and the value instead of a setting silently ignored.
+
+Settings that *grant* something (:data:`TRUSTED_ONLY`: who is an admin, running
+generated code without a sandbox) are read only from the system file, and only
+while root owns it and its folders and nobody else can write them
+(:func:`system_config`). A user's ``--config`` or ``$ACME_CONF`` may set every
+other option; a granting setting there is ignored with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,7 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from slurm_acme.errors import ConfigError
 from slurm_acme.report.model import WorkloadType
 
+log = logging.getLogger(__name__)
+
 SYSTEM_CONFIG = Path("/etc/acme/acme.toml")
+#: (section, key) honoured only from the trusted system config.
+TRUSTED_ONLY = (("report", "admin_group"), ("evaluate", "allow_unsandboxed_code"))
 
 
 class _Section(BaseModel):
@@ -98,7 +110,8 @@ class TelemetryConfig(_Section):
 
 class ReportConfig(_Section):
     tdp_watts: float = Field(default=400.0, gt=0)
-    #: Unix group whose members may see every user's jobs in reports.
+    #: Unix group whose members may see every user's jobs, runs and evaluations.
+    #: Only honoured from the system config (root-owned, not writable by others).
     admin_group: str = "root"
 
 
@@ -137,6 +150,9 @@ class EvaluateConfig(_Section):
     time_limit: str = "01:00:00"
     #: ``auto`` reads JobContainerType; ``allocation`` = one allocation per node with srun steps.
     mode: Literal["auto", "jobs", "allocation"] = "auto"
+    #: Run generated code (code-scoring datasets) without OS isolation where bubblewrap
+    #: or user namespaces are unavailable. Only honoured from the system config.
+    allow_unsandboxed_code: bool = False
 
 
 class AcmeConfig(_Section):
@@ -195,3 +211,48 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> AcmeConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: malformed TOML: {exc}") from None
     return parse_config(data, str(path))
+
+
+def untrusted_reason(path: Path) -> str | None:
+    """Why ``path`` could have been written by someone other than root, or None.
+
+    The file and every folder above it must be owned by root and not writable by
+    group or others (a sticky folder such as /tmp is fine: others cannot replace
+    root's entries in it); otherwise a user could have put an admin grant there.
+    """
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return "missing"
+    for part in (real, *real.parents):
+        try:
+            st = part.lstat()
+        except OSError as exc:
+            return f"cannot stat {part}: {exc.strerror}"
+        if st.st_uid != 0:
+            return f"{part} is not owned by root"
+        sticky_dir = part != real and st.st_mode & stat.S_ISVTX  # like /tmp: others cannot replace root's entries
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky_dir:
+            return f"{part} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def system_config() -> AcmeConfig:
+    """The trusted system config (or built-in defaults): the only source of the
+    :data:`TRUSTED_ONLY` settings."""
+    if not SYSTEM_CONFIG.exists():
+        return AcmeConfig()
+    reason = untrusted_reason(SYSTEM_CONFIG)
+    if reason is not None:
+        log.warning("%s is not trusted (%s): its admin settings are ignored", SYSTEM_CONFIG, reason)
+        return AcmeConfig()
+    return load_config(SYSTEM_CONFIG)
+
+
+def ignored_grants(config: AcmeConfig) -> list[str]:
+    """Granting settings ``config`` sets that will not be honoured (it is not the system file)."""
+    if config.source is None or Path(config.source) == SYSTEM_CONFIG:
+        return []
+    defaults = AcmeConfig()
+    return [f"{section}.{key}" for section, key in TRUSTED_ONLY
+            if getattr(getattr(config, section), key) != getattr(getattr(defaults, section), key)]

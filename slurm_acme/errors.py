@@ -24,6 +24,10 @@ class ConfigError(InputError):
     """``acme.toml`` (or another config file) is malformed or invalid."""
 
 
+class AccessDenied(AcmeError):
+    """Another user's job, run or evaluation, asked for by someone who is no admin."""
+
+
 class StoreError(AcmeError):
     """A store operation failed (database locked, disk full, connection lost).
 

@@ -320,15 +320,21 @@ def sandbox_profile() -> SandboxProfile:
                           unavailable="; ".join(reasons) or "no usable Python interpreter")
 
 
+def _site_allows_unsandboxed() -> bool:
+    from slurm_acme.config import system_config
+
+    return system_config().evaluate.allow_unsandboxed_code
+
+
 def require_sandbox(limits: Limits | None = None) -> SandboxProfile:
     """The profile, or :class:`SandboxUnavailable` naming the setting that would allow
     running generated code without OS isolation. Call it before planning code datasets."""
     profile = sandbox_profile()
-    if profile.unavailable and not (limits and limits.allow_unsandboxed):
+    if profile.unavailable and not (limits and limits.allow_unsandboxed) and not _site_allows_unsandboxed():
         raise SandboxUnavailable(
             f"code execution needs OS isolation, which is unavailable here ({profile.unavailable}); "
             f"install bubblewrap and allow unprivileged user namespaces, or set "
-            f"{UNSANDBOXED_SETTING} = true in acme.toml to run generated code without it")
+            f"{UNSANDBOXED_SETTING} = true in /etc/acme/acme.toml to run generated code without it")
     return profile
 
 

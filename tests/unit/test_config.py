@@ -74,3 +74,57 @@ def test_cli_malformed_config_is_one_line_exit_2(tmp_path):
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"sacme: error: {path}: unknown field 'store.urll'"
+
+
+# ------------------------------------------------- granting settings: system config only
+
+def _system(monkeypatch, tmp_path, text):
+    from pathlib import Path
+
+    folder = tmp_path / "etc-acme"
+    folder.mkdir(mode=0o755)
+    path = Path(folder / "acme.toml")
+    path.write_text(text)
+    path.chmod(0o644)
+    monkeypatch.setattr("slurm_acme.config.SYSTEM_CONFIG", path)
+    return path
+
+
+def test_a_root_owned_system_config_grants(monkeypatch, tmp_path):
+    from slurm_acme.config import system_config, untrusted_reason
+
+    path = _system(monkeypatch, tmp_path, '[report]\nadmin_group = "hpc-admins"\n')
+    assert untrusted_reason(path) is None
+    assert system_config().report.admin_group == "hpc-admins"
+
+
+@pytest.mark.parametrize("spoil", ["chmod-file", "chmod-dir", "chown-file"])
+def test_a_system_config_others_could_write_grants_nothing(monkeypatch, tmp_path, spoil):
+    import os
+
+    from slurm_acme.config import system_config, untrusted_reason
+
+    path = _system(monkeypatch, tmp_path, '[report]\nadmin_group = "users"\n'
+                                          '[evaluate]\nallow_unsandboxed_code = true\n')
+    if spoil == "chmod-file":
+        path.chmod(0o666)
+    elif spoil == "chmod-dir":
+        path.parent.chmod(0o777)
+    else:
+        os.chown(path, 65534, 65534)
+    assert untrusted_reason(path) is not None
+    assert system_config().report.admin_group == "root"
+    assert system_config().evaluate.allow_unsandboxed_code is False
+
+
+def test_a_user_config_sets_options_but_its_grants_are_ignored(monkeypatch, tmp_path):
+    from slurm_acme.config import ignored_grants, system_config
+
+    _system(monkeypatch, tmp_path, "")
+    mine = tmp_path / "mine.toml"
+    mine.write_text('[report]\nadmin_group = "alice"\ntdp_watts = 300\n')
+    monkeypatch.setenv("ACME_CONF", str(mine))
+    config = load_config()
+    assert config.report.tdp_watts == 300  # an ordinary option is honoured
+    assert ignored_grants(config) == ["report.admin_group"]
+    assert system_config().report.admin_group == "root"

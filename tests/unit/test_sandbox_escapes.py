@@ -370,3 +370,21 @@ def test_without_bubblewrap_code_execution_is_refused_naming_the_setting(monkeyp
         assert allowed.passed and not allowed.isolated
     finally:
         sandbox_profile.cache_clear()
+
+
+def test_the_site_may_allow_unsandboxed_code_only_in_the_system_config(monkeypatch, tmp_path):
+    folder = tmp_path / "etc"
+    folder.mkdir(mode=0o755)
+    system = folder / "acme.toml"
+    system.write_text("[evaluate]\nallow_unsandboxed_code = true\n")
+    system.chmod(0o644)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    sandbox_profile.cache_clear()
+    try:
+        monkeypatch.setattr("slurm_acme.config.SYSTEM_CONFIG", system)
+        assert run_program("print(1)\n").passed
+        system.chmod(0o666)  # anyone could have written it: the grant is void
+        with pytest.raises(SandboxUnavailable):
+            run_program("print(1)\n")
+    finally:
+        sandbox_profile.cache_clear()
