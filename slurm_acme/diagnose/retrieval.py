@@ -102,11 +102,6 @@ class CaseIndex:
         norm = float(np.linalg.norm(vec))
         return vec / norm if norm else vec
 
-    def similarities(self, text: str) -> np.ndarray:
-        if not self.cases:
-            return np.zeros(0, dtype=np.float32)
-        return self.matrix @ self._vector(Counter(tokens(salient(text))))
-
     def nearest(
         self, text: str, k: int = NEIGHBOURS, *, exclude: Iterable[str] = (), min_shared: int = 0
     ) -> list[tuple[LabelledCase, float]]:

@@ -255,10 +255,6 @@ class RuleBook:
         files += [(str(p), read_rule_file(p)) for p in site_files]
         return cls.from_files(files)
 
-    @classmethod
-    def from_yaml(cls, text: str, source: str = "<rules>") -> RuleBook:
-        return cls.from_files([(source, parse_rule_file(text, source))])
-
     def with_rules(self, extra: Sequence[Rule], *, on_top: bool = False) -> RuleBook:
         """A new book with ``extra`` rules appended (or placed first)."""
         rules = (*extra, *self.rules) if on_top else (*self.rules, *extra)

@@ -73,7 +73,7 @@ def run_view(store: Store, run: run_store.RunRow) -> RunView:
         if f is not None:
             diagnosis = {"category": f.category, "origin": f.origin, "action": f.action,
                          "node": f.node, "rule_id": f.rule_id, "source": f.source,
-                         "evidence": (f.evidence or "").splitlines()[:5]}
+                         "evidence": list(f.evidence)[:5]}
         views.append(AttemptView(
             attempt=a.attempt, job_id=a.job_id, nodes=a.nodelist or "", start_ts=a.start_ts,
             end_ts=a.end_ts, outcome=a.outcome, exit_code=a.exit_code,

@@ -22,7 +22,12 @@ from slurm_acme.store.schema.failures import failure_cases, failure_rules, failu
 
 @dataclass(frozen=True)
 class FailureRecord:
-    """One stored diagnosis."""
+    """One stored diagnosis: the only record of the ``failures`` table.
+
+    ``evidence`` is always a tuple of lines, whichever writer stored the row
+    (rows written before the writers were merged hold either a JSON list or
+    newline-separated text; :func:`decode_evidence` reads both).
+    """
 
     id: int
     ts: float
@@ -34,10 +39,115 @@ class FailureRecord:
     confidence: float | None
     evidence: tuple[str, ...]
     source: str | None
-    job_id: str | None
-    run_id: str | None
-    attempt: int | None
-    log_path: str | None
+    cluster: str | None = None
+    job_id: str | None = None
+    run_id: str | None = None
+    attempt: int | None = None
+    gpus: int | None = None
+    time_to_failure_s: float | None = None
+    recovery_s: float | None = None
+    log_path: str | None = None
+
+
+def encode_evidence(evidence: Iterable[str] | str | None) -> str:
+    """Evidence lines as stored: a JSON list (a bare string is one line per text line)."""
+    if evidence is None:
+        lines: list[str] = []
+    elif isinstance(evidence, str):
+        lines = evidence.splitlines()
+    else:
+        lines = [str(line) for line in evidence]
+    return json.dumps(lines, ensure_ascii=False)
+
+
+def decode_evidence(stored: str | None) -> tuple[str, ...]:
+    """Evidence lines of a stored row: a JSON list, or the old newline-separated text."""
+    if not stored:
+        return ()
+    if stored.startswith("["):
+        try:
+            value = json.loads(stored)
+        except json.JSONDecodeError:
+            value = None
+        if isinstance(value, list):
+            return tuple(str(line) for line in value)
+    return tuple(stored.splitlines())
+
+
+def _as_mapping(diagnosis: Any) -> Mapping[str, Any]:
+    if isinstance(diagnosis, Mapping):
+        return diagnosis
+    to_dict = getattr(diagnosis, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    raise TypeError(f"record_failure needs a Diagnosis or a mapping, got {type(diagnosis).__name__}")
+
+
+def record_failure(
+    store: Store,
+    diagnosis: Any,
+    *,
+    cluster: str | None = None,
+    job_id: str | None = None,
+    run_id: str | None = None,
+    attempt: int | None = None,
+    log_path: str | None = None,
+    gpus: int | None = None,
+    time_to_failure_s: float | None = None,
+    ts: float | None = None,
+) -> int:
+    """Store a diagnosis (a ``Diagnosis``, anything with ``to_dict()``, or its mapping);
+    returns the new row id. The one writer of the ``failures`` table."""
+    data = _as_mapping(diagnosis)
+    row = {
+        "cluster": cluster, "job_id": job_id, "run_id": run_id, "attempt": attempt,
+        "ts": time.time() if ts is None else ts,
+        "category": data["category"], "origin": data["origin"],
+        "action": data.get("action"), "node": data.get("node"),
+        "rule_id": data.get("rule_id"), "confidence": data.get("confidence"),
+        "evidence": encode_evidence(data.get("evidence")),
+        "source": data.get("source"), "gpus": gpus, "time_to_failure_s": time_to_failure_s,
+        "log_path": log_path,
+    }
+    with store.engine.begin() as conn:
+        result = conn.execute(failures.insert().returning(failures.c.id), row)
+        return int(result.scalar_one())
+
+
+def _failure_record(r: Mapping[str, Any]) -> FailureRecord:
+    return FailureRecord(
+        id=r["id"], ts=r["ts"], category=r["category"], origin=r["origin"], action=r["action"],
+        node=r["node"], rule_id=r["rule_id"], confidence=r["confidence"],
+        evidence=decode_evidence(r["evidence"]), source=r["source"], cluster=r["cluster"],
+        job_id=r["job_id"], run_id=r["run_id"], attempt=r["attempt"], gpus=r["gpus"],
+        time_to_failure_s=r["time_to_failure_s"], recovery_s=r["recovery_s"], log_path=r["log_path"],
+    )
+
+
+def list_failures(store: Store, *, job_id: str | None = None, limit: int = 100) -> list[FailureRecord]:
+    """Most recent diagnoses first, optionally of one job."""
+    query = select(failures).order_by(failures.c.ts.desc(), failures.c.id.desc()).limit(limit)
+    if job_id is not None:
+        query = query.where(failures.c.job_id == job_id)
+    with store.engine.connect() as conn:
+        rows = conn.execute(query).mappings().all()
+    return [_failure_record(r) for r in rows]
+
+
+def get_failures(store: Store, ids: Iterable[int]) -> dict[int, FailureRecord]:
+    """Stored diagnoses by row id."""
+    wanted = list(ids)
+    if not wanted:
+        return {}
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(failures).where(failures.c.id.in_(wanted))).mappings().all()
+    return {r["id"]: _failure_record(r) for r in rows}
+
+
+def set_failure_recovery(store: Store, failure_id: int, recovery_s: float) -> None:
+    """How long the run took to get going again after this failure."""
+    with store.engine.begin() as conn:
+        conn.execute(failures.update().where(failures.c.id == failure_id).values(recovery_s=recovery_s))
 
 
 @dataclass(frozen=True)
@@ -49,51 +159,6 @@ class CaseRecord:
     category: str
     origin: str
     source: str | None
-
-
-def record_failure(
-    store: Store,
-    diagnosis: Mapping[str, Any],
-    *,
-    cluster: str | None = None,
-    job_id: str | None = None,
-    run_id: str | None = None,
-    attempt: int | None = None,
-    log_path: str | None = None,
-    gpus: int | None = None,
-    ts: float | None = None,
-) -> int:
-    """Store a diagnosis (``Diagnosis.to_dict()``); returns the new row id."""
-    row = {
-        "cluster": cluster, "job_id": job_id, "run_id": run_id, "attempt": attempt,
-        "ts": time.time() if ts is None else ts,
-        "category": diagnosis["category"], "origin": diagnosis["origin"],
-        "action": diagnosis.get("action"), "node": diagnosis.get("node"),
-        "rule_id": diagnosis.get("rule_id"), "confidence": diagnosis.get("confidence"),
-        "evidence": json.dumps(list(diagnosis.get("evidence") or ()), ensure_ascii=False),
-        "source": diagnosis.get("source"), "gpus": gpus, "log_path": log_path,
-    }
-    with store.engine.begin() as conn:
-        result = conn.execute(failures.insert().returning(failures.c.id), row)
-        return int(result.scalar_one())
-
-
-def list_failures(store: Store, *, job_id: str | None = None, limit: int = 100) -> list[FailureRecord]:
-    """Most recent diagnoses first, optionally of one job."""
-    query = select(failures).order_by(failures.c.ts.desc(), failures.c.id.desc()).limit(limit)
-    if job_id is not None:
-        query = query.where(failures.c.job_id == job_id)
-    with store.engine.connect() as conn:
-        rows = conn.execute(query).mappings().all()
-    return [
-        FailureRecord(
-            id=r["id"], ts=r["ts"], category=r["category"], origin=r["origin"], action=r["action"],
-            node=r["node"], rule_id=r["rule_id"], confidence=r["confidence"],
-            evidence=tuple(json.loads(r["evidence"] or "[]")), source=r["source"],
-            job_id=r["job_id"], run_id=r["run_id"], attempt=r["attempt"], log_path=r["log_path"],
-        )
-        for r in rows
-    ]
 
 
 def text_digest(text: str) -> str:

@@ -7,16 +7,17 @@ job id; the supervisor of each attempt writes here, ``sacme status`` reads.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy import insert, select, update
 
+from slurm_acme.store import failures as failure_store
 from slurm_acme.store.engine import Store
 from slurm_acme.store.rows import upsert
 from slurm_acme.store.schema.ckpt import checkpoints
 from slurm_acme.store.schema.core import attempts, runs
-from slurm_acme.store.schema.failures import failures
 
 
 @dataclass(frozen=True)
@@ -59,20 +60,6 @@ class AttemptRow:
     @property
     def details(self) -> dict[str, Any]:
         return json.loads(self.detail) if self.detail else {}
-
-
-@dataclass(frozen=True)
-class FailureRow:
-    id: int
-    category: str
-    origin: str
-    action: str | None
-    node: str | None
-    rule_id: str | None
-    confidence: float | None
-    evidence: str | None
-    source: str | None
-    ts: float
 
 
 @dataclass(frozen=True)
@@ -181,35 +168,25 @@ def list_attempts(store: Store, run_id: str) -> list[AttemptRow]:
 
 
 # -------------------------------------------------------------- failures
+# One record and one writer for the ``failures`` table live in
+# :mod:`slurm_acme.store.failures`; a run's attempts point at its rows.
 
 def record_failure(store: Store, *, cluster: str, job_id: str, run_id: str, attempt: int,
                    ts: float, category: str, origin: str, action: str | None,
                    node: str | None, rule_id: str | None, confidence: float | None,
-                   evidence: list[str] | str | None, source: str | None, gpus: int | None,
+                   evidence: Sequence[str] | str | None, source: str | None, gpus: int | None,
                    time_to_failure_s: float | None, log_path: str | None) -> int:
-    if isinstance(evidence, list):
-        evidence = "\n".join(evidence)
-    with store.engine.begin() as conn:
-        result = conn.execute(insert(failures).values(
-            cluster=cluster, job_id=job_id, run_id=run_id, attempt=attempt, ts=ts,
-            category=category, origin=origin, action=action, node=node, rule_id=rule_id,
-            confidence=confidence, evidence=evidence, source=source, gpus=gpus,
-            time_to_failure_s=time_to_failure_s, log_path=log_path))
-        return int(result.inserted_primary_key[0])
+    """The supervisor's keyword form of :func:`slurm_acme.store.failures.record_failure`."""
+    diagnosis = {"category": category, "origin": origin, "action": action, "node": node,
+                 "rule_id": rule_id, "confidence": confidence, "evidence": evidence,
+                 "source": source}
+    return failure_store.record_failure(
+        store, diagnosis, cluster=cluster, job_id=job_id, run_id=run_id, attempt=attempt,
+        ts=ts, gpus=gpus, time_to_failure_s=time_to_failure_s, log_path=log_path)
 
 
-def set_failure_recovery(store: Store, failure_id: int, recovery_s: float) -> None:
-    with store.engine.begin() as conn:
-        conn.execute(update(failures).where(failures.c.id == failure_id)
-                     .values(recovery_s=recovery_s))
-
-
-def get_failures(store: Store, ids: list[int]) -> dict[int, FailureRow]:
-    if not ids:
-        return {}
-    with store.engine.connect() as conn:
-        rows = conn.execute(select(failures).where(failures.c.id.in_(ids))).all()
-    return {r.id: _record(FailureRow, r) for r in rows}
+get_failures = failure_store.get_failures
+set_failure_recovery = failure_store.set_failure_recovery
 
 
 # ----------------------------------------------------------- checkpoints

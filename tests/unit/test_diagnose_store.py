@@ -36,3 +36,28 @@ def test_learned_rules_round_trip_and_join_the_book(store):
     assert kit.rulebook.rules[-1].id == "learned-X-1"
     verdict = diagnose(["client: beegfs quorum lost on fs1"], rulebook=kit.rulebook, cases=kit.index)
     assert (verdict.source, verdict.rule_id) == ("rule", "learned-X-1")
+
+
+def test_one_record_reads_rows_of_both_writers(store):
+    """The CLI's rows (JSON list) and the supervisor's (given as a list or as
+    newline text, as rows written before the writers were merged hold it)."""
+    from sqlalchemy import insert
+
+    from slurm_acme.store import runs as run_store
+    from slurm_acme.store.schema.failures import failures
+
+    cli_id = db.record_failure(store, {"category": "KeyError", "origin": "script", "action": "stop",
+                                       "evidence": ["KeyError: 'x'"]}, job_id="5", ts=1.0)
+    sup_id = run_store.record_failure(
+        store, cluster="c", job_id="5", run_id="r", attempt=0, ts=2.0, category="NetworkError",
+        origin="infrastructure", action="requeue", node="n1", rule_id="r1", confidence=0.9,
+        evidence=["a", "b"], source="rule", gpus=8, time_to_failure_s=3.0, log_path="/l")
+    with store.engine.begin() as conn:
+        old_id = conn.execute(insert(failures).values(
+            ts=3.0, job_id="5", category="ECCError", origin="infrastructure",
+            evidence="first line\nsecond line")).inserted_primary_key[0]
+    records = {r.id: r for r in db.list_failures(store, job_id="5")}
+    assert records[cli_id].evidence == ("KeyError: 'x'",)
+    assert records[sup_id].evidence == ("a", "b") and records[sup_id].gpus == 8
+    assert records[old_id].evidence == ("first line", "second line")
+    assert run_store.get_failures(store, [sup_id, old_id]) == {sup_id: records[sup_id], old_id: records[old_id]}

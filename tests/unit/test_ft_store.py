@@ -36,7 +36,7 @@ def test_end_attempt_records_decision_and_failure(store) -> None:  # type: ignor
     a = rs.list_attempts(store, "r1")[0]
     assert (a.outcome, a.excluded, a.details["reason"], a.resumed_from_step) == ("requeue", ["n2"], "why", 5)
     f = rs.get_failures(store, [fid])[fid]
-    assert (f.category, f.node, f.evidence) == ("nccl", "n2", "l1\nl2")
+    assert (f.category, f.node, f.evidence) == ("nccl", "n2", ("l1", "l2"))
     rs.set_failure_recovery(store, fid, 12.0)
 
 
