@@ -4,9 +4,16 @@ The supervisor's whole contract::
 
     from slurm_acme.diagnose import diagnose, Diagnosis, LogCompressor, RuleBook, StreamingDiagnoser
 
-    verdict = diagnose(lines)            # -> Diagnosis(category, origin, action, node, ...)
-    live = StreamingDiagnoser(RuleBook.load(site_files))
+    verdict = diagnose(lines, task_nodes={0: "node1", 1: "node2"})   # -> Diagnosis(category, origin, action, node, ...)
+    live = StreamingDiagnoser(RuleBook.load(site_files), task_nodes=layout)
     live.feed(line, rank=3, node="node2"); live.result(); live.compressed_lines()
+
+The root cause is the earliest decisive event across ranks (the lines' own
+timestamps where they carry them, line order otherwise); survivors' reports
+never outrank a first error. ``verdict.node`` is the culprit: the node whose
+rank failed first (from the line, srun's task exits, or ``task_nodes``, the
+step's global rank -> node layout), or None when the log implicates no node;
+a node that only reported a peer's failure is never named.
 
 What a supervisor should do with ``verdict.action``: ``requeue`` (same nodes),
 ``requeue_exclude_node`` (exclude ``verdict.node`` when set), ``rollback`` (to

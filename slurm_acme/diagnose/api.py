@@ -10,7 +10,7 @@ book only if it passes :func:`slurm_acme.diagnose.learning.validate_proposal`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from slurm_acme.diagnose.model import Diagnosis
@@ -49,16 +49,20 @@ def diagnose(
     cases: CaseIndex | Sequence | None = None,
     llm: LLMAgent | None = None,
     threshold: float | None = None,
+    task_nodes: Mapping[int, str] | None = None,
 ) -> Diagnosis:
     """Diagnose a failed run from its log lines (all ranks, any order of arrival).
 
     ``cases`` is a :class:`~slurm_acme.diagnose.retrieval.CaseIndex` or a
     sequence of labelled cases; None uses the shipped labelled corpus.
     ``llm`` is an :class:`~slurm_acme.diagnose.llm.LLMAgent` or None (off).
+    ``task_nodes`` maps global rank -> node (the step's task layout), so a
+    rank's failure names the node it ran on; ``Diagnosis.node`` is that
+    culprit, or None when the log implicates no node.
     """
     from slurm_acme.diagnose.streaming import StreamingDiagnoser
 
-    diagnoser = StreamingDiagnoser(rulebook)
+    diagnoser = StreamingDiagnoser(rulebook, task_nodes=task_nodes)
     feed_lines(diagnoser, lines)
     return conclude(diagnoser, cases=cases, llm=llm, threshold=threshold)
 
@@ -89,7 +93,8 @@ def conclude(
 
 
 def scan_file(
-    path: str, *, rulebook: RuleBook | None = None, progress: Callable[[int], None] | None = None
+    path: str, *, rulebook: RuleBook | None = None, progress: Callable[[int], None] | None = None,
+    task_nodes: Mapping[int, str] | None = None,
 ) -> StreamingDiagnoser:
     """Stream a log file of any size through a fresh diagnoser (bounded memory).
 
@@ -98,7 +103,7 @@ def scan_file(
     from slurm_acme.diagnose.reader import iter_batches, open_log
     from slurm_acme.diagnose.streaming import StreamingDiagnoser
 
-    diagnoser = StreamingDiagnoser(rulebook)
+    diagnoser = StreamingDiagnoser(rulebook, task_nodes=task_nodes)
     with open_log(path) as handle:
         for lines, keys in iter_batches(handle):
             diagnoser.feed_bytes(lines, keys)
@@ -115,7 +120,8 @@ def diagnose_file(
     llm: LLMAgent | None = None,
     threshold: float | None = None,
     progress: Callable[[int], None] | None = None,
+    task_nodes: Mapping[int, str] | None = None,
 ) -> tuple[Diagnosis, StreamingDiagnoser]:
     """:func:`diagnose` for a file path; also returns the diagnoser (compressed log, stats)."""
-    diagnoser = scan_file(path, rulebook=rulebook, progress=progress)
+    diagnoser = scan_file(path, rulebook=rulebook, progress=progress, task_nodes=task_nodes)
     return conclude(diagnoser, cases=cases, llm=llm, threshold=threshold), diagnoser

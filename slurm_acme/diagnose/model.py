@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slurm_acme.diagnose.clock import Stamp
 
 ORIGINS = ("infrastructure", "framework", "script", "unknown")
 ACTIONS = ("requeue", "requeue_exclude_node", "rollback", "stop")
@@ -71,8 +74,11 @@ def unknown_diagnosis(evidence: tuple[str, ...] = ()) -> Diagnosis:
 class FailureEvent:
     """One log line a rule recognised, with where it came from.
 
-    ``seq`` is the line's position in arrival order across all ranks, so the
-    smallest ``seq`` among primary events is the earliest observed failure.
+    ``seq`` is the line's position in arrival order across all ranks;
+    ``stamp`` the time the line itself carries, if any. The earliest event
+    (by stamp where all candidates carry one, else by ``seq``) is the first
+    observed failure. A multi-line rule's event sits at the first line of its
+    window (``seq``, ``stamp``) and keeps the lines in ``context``.
     """
 
     seq: int
@@ -80,3 +86,9 @@ class FailureEvent:
     line: str
     rank: int | None
     node: str | None
+    stamp: Stamp | None = None
+    context: tuple[str, ...] = ()
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        return (*self.context, self.line)

@@ -12,15 +12,17 @@ torchelastic says so explicitly in its summary block::
 
 :class:`RootCauseBlock` reads that block; :func:`select_root_cause` prefers
 its rank, then the earliest event of the strongest kind (see
-:class:`~slurm_acme.diagnose.rules.Rule`), then the most specific rule among
-the lines printed right after it by the same rank (an NCCL error followed by
-"Last error: ... NVLink" is an NVLink error).
+:class:`~slurm_acme.diagnose.rules.Rule`) by the lines' own timestamps where
+they carry them and by line order otherwise. Rule order never decides
+between two lines: a loose late pattern cannot beat an earlier specific one.
+Only a generic wrapper is refined by the detail lines its rank printed right
+after it (an NCCL error followed by "Last error: ... NVLink" is an NVLink error).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from slurm_acme.diagnose.lines import split_prefixes
@@ -78,24 +80,61 @@ def _same_stream(a: FailureEvent, b: FailureEvent) -> bool:
 
 
 def _candidates(events: Sequence[FailureEvent], book: RuleBook) -> list[FailureEvent]:
-    """The events that may hold the cause: primaries; else echoes, unless a
-    symptom shortly before the first echo explains them; else symptoms."""
+    """The events that may hold the cause: primaries (first errors); else echoes
+    (survivors' reports), unless a symptom shortly before the first echo
+    explains them; else symptoms. A survivor's report never outranks a first error."""
     by_strength: dict[str, list[FailureEvent]] = {"primary": [], "echo": [], "secondary": []}
     for event in events:
         by_strength[book.rules[event.rule_index].strength].append(event)
     if by_strength["primary"]:
         return by_strength["primary"]
     if by_strength["echo"]:
-        first_echo = min(e.seq for e in by_strength["echo"])
-        just_before = [e for e in by_strength["secondary"] if first_echo - ECHO_LOOKBACK <= e.seq <= first_echo]
+        first_echo = min(by_strength["echo"], key=time_order(by_strength["echo"]))
+        just_before = [e for e in by_strength["secondary"]
+                       if first_echo.seq - ECHO_LOOKBACK <= e.seq <= first_echo.seq]
         return just_before or by_strength["echo"]
     return by_strength["secondary"]
+
+
+def time_order(pool: Sequence[FailureEvent]) -> Callable[[FailureEvent], tuple[float, ...]]:
+    """Sort key: the lines' own time when every event in ``pool`` carries one on
+    the same clock, else arrival order. Ties at the same moment keep line order."""
+    stamps = [e.stamp for e in pool]
+    clocks = {s.clock for s in stamps if s is not None}
+    if pool and None not in stamps and len(clocks) == 1:
+        precise = all(s.precise for s in stamps if s is not None)
+
+        def by_time(e: FailureEvent) -> tuple[float, ...]:
+            assert e.stamp is not None
+            return (e.stamp.seconds if precise else float(int(e.stamp.seconds)), e.seq)
+
+        return by_time
+    return lambda e: (e.seq,)
+
+
+def _refined(first: FailureEvent, pool: Sequence[FailureEvent], book: RuleBook) -> FailureEvent:
+    """A generic wrapper ("NCCL error in: ...") named more precisely by the
+    detail lines its rank printed right after it ("Last error: ... NVLink")."""
+    if not book.rules[first.rule_index].generic:
+        return first
+    details = [
+        e for e in pool
+        if first.seq < e.seq <= first.seq + INCIDENT_WINDOW and _same_stream(first, e)
+        and not book.rules[e.rule_index].generic
+        and (e.stamp is None or first.stamp is None or e.stamp.same_moment(first.stamp))
+    ]
+    return min(details, key=lambda e: (e.rule_index, e.seq)) if details else first
 
 
 def select_root_cause(
     events: Sequence[FailureEvent], book: RuleBook, block: RootCauseBlock | None
 ) -> tuple[FailureEvent, list[FailureEvent]] | None:
-    """The root-cause event and the other events of its incident, or None."""
+    """The root-cause event and the other events of its incident, or None.
+
+    The earliest decisive event wins (see :func:`time_order`); rule order
+    only picks which rule names a line, and a generic wrapper's own details
+    may refine it (:func:`_refined`).
+    """
     if not events:
         return None
     pool = _candidates(events, book)
@@ -105,14 +144,13 @@ def select_root_cause(
     if all(book.rules[e.rule_index].strength == "secondary" for e in pool):
         # Symptoms the run survived (routine fp16 overflows early on) are not
         # the cause; the latest new symptom is the one closest to the death.
-        last = max(pool, key=lambda e: e.seq)
+        last = max(pool, key=time_order(pool))
         return last, sorted((e for e in pool if e is not last and e.seq >= last.seq - INCIDENT_WINDOW),
                             key=lambda e: e.seq)
-    first = min(pool, key=lambda e: e.seq)
+    first = min(pool, key=time_order(pool))
+    chosen = _refined(first, pool, book)
     incident = [
         e for e in pool
-        if first.seq <= e.seq <= first.seq + INCIDENT_WINDOW and _same_stream(first, e)
+        if e is not chosen and first.seq <= e.seq <= first.seq + INCIDENT_WINDOW and _same_stream(first, e)
     ]
-    chosen = min(incident, key=lambda e: (e.rule_index, e.seq))
-    others = sorted((e for e in incident if e is not chosen), key=lambda e: e.seq)
-    return chosen, others
+    return chosen, sorted(incident, key=lambda e: e.seq)

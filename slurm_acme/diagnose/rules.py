@@ -27,9 +27,18 @@ from slurm_acme.diagnose.model import ACTIONS, ORIGINS
 from slurm_acme.errors import InputError
 
 STRENGTHS = ("primary", "echo", "secondary")
-RULE_KEYS = {"id", "pattern", "category", "origin", "action", "node", "strength", "confidence", "note", "keywords"}
-#: Keywords the diagnoser itself needs to see (torchelastic's summary block).
-BUILTIN_KEYWORDS = ("Root Cause",)
+#: Whose node a matching line blames. ``reporter``: the node that printed it
+#: (a GPU or NIC fault seen locally). ``named``: only a node the line names as
+#: failed (survivors reporting a peer, Slurm naming a failed node); never the
+#: reporter. ``none``: no node (a time limit, a preemption).
+CULPRITS = ("reporter", "named", "none")
+RULE_KEYS = {"id", "pattern", "category", "origin", "action", "node", "strength", "confidence", "note",
+             "keywords", "culprit", "generic", "after", "window", "ignore_case"}
+#: Keywords the diagnoser itself needs to see (torchelastic's summary block, srun's task exits).
+BUILTIN_KEYWORDS = ("Root Cause", "srun: error:")
+#: Lines before a multi-line rule's line that its ``after`` pattern may match, by default.
+DEFAULT_WINDOW = 4
+MAX_WINDOW = 20
 
 
 def shipped_rules_path() -> Path:
@@ -66,23 +75,39 @@ class Rule:
     note: str = ""
     #: Extra prefilter keywords (digit-free literals) lines of this rule contain.
     keywords: tuple[str, ...] = ()
+    culprit: str = "reporter"
+    #: A wrapper ("NCCL error in: ...", "CUDA error: ...") that the detail
+    #: lines right after it, from the same rank, may name more precisely.
+    generic: bool = False
+    #: Multi-line rule: a regex one of the ``window`` lines before this one must match.
+    after: str | None = None
+    window: int = DEFAULT_WINDOW
+    ignore_case: bool = False
     compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
     node_re: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
     #: Pattern without digit literals: matching the key is matching the line.
     digit_free: bool = field(init=False, repr=False, compare=False)
     gate: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
+    after_re: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
-        object.__setattr__(self, "compiled", re.compile(self.pattern))
+        flags = re.IGNORECASE if self.ignore_case else 0
+        object.__setattr__(self, "compiled", re.compile(self.pattern, flags))
         object.__setattr__(self, "node_re", re.compile(self.node) if self.node else None)
-        digit_free = re.search(r"[0-9]", self.pattern.replace("0-9", "")) is None
+        object.__setattr__(self, "after_re", re.compile(self.after, flags) if self.after else None)
+        # A multi-line rule depends on the lines before: never decided by the key alone.
+        digit_free = re.search(r"[0-9]", self.pattern.replace("0-9", "")) is None and not self.after
         object.__setattr__(self, "digit_free", digit_free)
-        gate = self.pattern if digit_free else _digit_gate(self.pattern)
-        object.__setattr__(self, "gate", re.compile(gate) if gate is not None else None)
+        gate = self.pattern if re.search(r"[0-9]", self.pattern.replace("0-9", "")) is None \
+            else _digit_gate(self.pattern)
+        object.__setattr__(self, "gate", re.compile(gate, flags) if gate is not None else None)
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in ("id", "pattern", "category", "origin", "action")}
-        for key, default in (("node", None), ("strength", "primary"), ("note", ""), ("keywords", ())):
+        for key, default in (("node", None), ("strength", "primary"), ("note", ""), ("keywords", ()),
+                             ("culprit", "reporter"), ("generic", False), ("after", None),
+                             ("window", DEFAULT_WINDOW), ("ignore_case", False)):
             if getattr(self, key) != default:
                 data[key] = list(self.keywords) if key == "keywords" else getattr(self, key)
         return data
@@ -112,11 +137,26 @@ def parse_rule(data: Any, source: str) -> Rule:
     digit_free = all(isinstance(k, str) and k and not re.search(r"[0-9]", k) for k in keywords or ())
     if not isinstance(keywords, list) or not digit_free:
         raise InputError(f"{source}: rule {rid!r}: keywords must be a list of non-empty digit-free strings")
+    culprit = data.get("culprit", "named" if strength == "echo" else "reporter")
+    if culprit not in CULPRITS:
+        raise InputError(f"{source}: rule {rid!r}: culprit {culprit!r} is not one of {', '.join(CULPRITS)}")
+    after = data.get("after")
+    if after is not None and (not isinstance(after, str) or not after
+                              or re.search(r"[0-9]", after.replace("0-9", ""))):
+        raise InputError(f"{source}: rule {rid!r}: after must be a digit-free regex (use [0-9])")
+    window = data.get("window", DEFAULT_WINDOW)
+    if not isinstance(window, int) or isinstance(window, bool) or not 1 <= window <= MAX_WINDOW:
+        raise InputError(f"{source}: rule {rid!r}: window must be a whole number of lines from 1 to {MAX_WINDOW}")
+    for flag in ("generic", "ignore_case"):
+        if not isinstance(data.get(flag, False), bool):
+            raise InputError(f"{source}: rule {rid!r}: {flag} must be true or false")
     try:
         return Rule(
             id=data["id"], pattern=data["pattern"], category=data["category"], origin=data["origin"],
             action=data["action"], node=data.get("node"), strength=strength,
             confidence=float(confidence), note=str(data.get("note", "")), keywords=tuple(keywords),
+            culprit=culprit, generic=bool(data.get("generic", False)), after=after, window=window,
+            ignore_case=bool(data.get("ignore_case", False)),
         )
     except re.error as exc:
         raise InputError(f"{source}: rule {rid!r}: bad regex: {exc}") from None
@@ -131,6 +171,7 @@ class RuleFile:
     node_patterns: tuple[str, ...] = ()
     disable: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
+    reporter_patterns: tuple[str, ...] = ()
 
 
 def parse_rule_file(text: str, source: str) -> RuleFile:
@@ -142,10 +183,10 @@ def parse_rule_file(text: str, source: str) -> RuleFile:
         return RuleFile(rules=())
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a mapping with a 'rules' list")
-    unknown = set(data) - {"version", "rules", "prefilter", "node_patterns", "disable", "ignore"}
+    valid = {"version", "rules", "prefilter", "node_patterns", "reporter_patterns", "disable", "ignore"}
+    unknown = set(data) - valid
     if unknown:
-        raise InputError(f"{source}: unknown field {min(unknown)!r} "
-                         "(valid: version, rules, prefilter, node_patterns, disable, ignore)")
+        raise InputError(f"{source}: unknown field {min(unknown)!r} (valid: {', '.join(sorted(valid))})")
     rules = data.get("rules") or []
     if not isinstance(rules, list):
         raise InputError(f"{source}: 'rules' must be a list")
@@ -162,7 +203,8 @@ def parse_rule_file(text: str, source: str) -> RuleFile:
         except re.error as exc:
             raise InputError(f"{source}: ignore pattern {pattern!r}: bad regex: {exc}") from None
     node_patterns = tuple(str(p) for p in data.get("node_patterns") or ())
-    for pattern in node_patterns:
+    reporter_patterns = tuple(str(p) for p in data.get("reporter_patterns") or ())
+    for pattern in (*node_patterns, *reporter_patterns):
         try:
             re.compile(pattern)
         except re.error as exc:
@@ -170,7 +212,7 @@ def parse_rule_file(text: str, source: str) -> RuleFile:
     return RuleFile(
         rules=tuple(parse_rule(r, source) for r in rules), prefilter=prefilter,
         node_patterns=node_patterns, disable=tuple(str(d) for d in data.get("disable") or ()),
-        ignore=ignore,
+        ignore=ignore, reporter_patterns=reporter_patterns,
     )
 
 
@@ -196,6 +238,11 @@ class KeyVerdict:
 
     static: int | None
     dynamic: tuple[int, ...]
+    #: Some multi-line rule's ``after`` pattern matches: remember each such line.
+    anchor: bool = False
+    #: A line the engine reads itself: ``header`` (torchelastic's root-cause
+    #: block) or ``srun`` (srun's task exit report).
+    builtin: str | None = None
 
 
 @dataclass(frozen=True)
@@ -204,13 +251,19 @@ class RuleBook:
 
     rules: tuple[Rule, ...]
     prefilter: tuple[str, ...] = ()
+    #: Regexes naming a node *as failed* (group ``node``): "Node failure on X".
     node_patterns: tuple[str, ...] = ()
+    #: Regexes naming the node that *printed* a line (NCCL's ``host:pid:tid`` prefix,
+    #: syslog's host): the culprit only for rules whose ``culprit`` is ``reporter``.
+    reporter_patterns: tuple[str, ...] = ()
     #: Lines that are never evidence, whatever they mention (e.g. NCCL INFO chatter).
     ignore: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     _prefilter_re: re.Pattern[str] = field(init=False, repr=False, compare=False)
     _ignore_re: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
     _node_res: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+    _reporter_res: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+    _anchor_re: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         ids = [r.id for r in self.rules]
@@ -219,8 +272,13 @@ class RuleBook:
             raise InputError(f"rule id {duplicate!r} is defined twice in {', '.join(self.sources) or 'the rule book'}")
         own = {k for rule in self.rules for k in rule.keywords}
         keywords = sorted(set(self.prefilter) | own | set(BUILTIN_KEYWORDS), key=len, reverse=True)
-        object.__setattr__(self, "_prefilter_re", re.compile("|".join(re.escape(k) for k in keywords)))
+        # Case-insensitive: it runs once per distinct line key, not per line.
+        object.__setattr__(self, "_prefilter_re",
+                           re.compile("|".join(re.escape(k) for k in keywords), re.IGNORECASE))
         object.__setattr__(self, "_node_res", tuple(re.compile(p) for p in self.node_patterns))
+        object.__setattr__(self, "_reporter_res", tuple(re.compile(p) for p in self.reporter_patterns))
+        anchors = "|".join(f"(?:{r.after})" for r in self.rules if r.after)
+        object.__setattr__(self, "_anchor_re", re.compile(anchors, re.IGNORECASE) if anchors else None)
         ignore = "|".join(f"(?:{p})" for p in self.ignore)
         object.__setattr__(self, "_ignore_re", re.compile(ignore) if ignore else None)
 
@@ -232,6 +290,7 @@ class RuleBook:
         rules: list[Rule] = []
         prefilter: list[str] = []
         node_patterns: list[str] = []
+        reporter_patterns: list[str] = []
         ignore: list[str] = []
         for _source, rule_file in files:
             disabled = set(rule_file.disable)
@@ -241,9 +300,11 @@ class RuleBook:
             prefilter.extend(rule_file.prefilter)
             ignore.extend(rule_file.ignore)
             node_patterns = list(rule_file.node_patterns) + node_patterns
+            reporter_patterns = list(rule_file.reporter_patterns) + reporter_patterns
         return cls(
             rules=tuple(rules), prefilter=tuple(dict.fromkeys(prefilter)),
-            node_patterns=tuple(dict.fromkeys(node_patterns)), ignore=tuple(dict.fromkeys(ignore)),
+            node_patterns=tuple(dict.fromkeys(node_patterns)),
+            reporter_patterns=tuple(dict.fromkeys(reporter_patterns)), ignore=tuple(dict.fromkeys(ignore)),
             sources=tuple(s for s, _ in files),
         )
 
@@ -267,33 +328,42 @@ class RuleBook:
     def ignored(self, text: str) -> bool:
         return self._ignore_re is not None and self._ignore_re.search(text) is not None
 
-    def match(self, line: str) -> tuple[int, Rule] | None:
-        """The first rule matching ``line`` (no prefilter), as (index, rule)."""
+    def match(self, line: str, before: Sequence[str] = ()) -> tuple[int, Rule] | None:
+        """The first rule matching ``line`` (no prefilter), as (index, rule);
+        ``before`` are the lines just before it, for multi-line rules."""
         if self.ignored(line):
             return None
         for index, rule in enumerate(self.rules):
             if rule.compiled.search(line):
+                if rule.after_re is not None and not any(
+                        rule.after_re.search(b) for b in before[-rule.window:]):
+                    continue
                 return index, rule
         return None
+
+    def is_anchor(self, text: str) -> bool:
+        """Whether some multi-line rule's ``after`` pattern matches ``text``."""
+        return self._anchor_re is not None and self._anchor_re.search(text) is not None
 
     def verdict(self, key_text: str) -> KeyVerdict | None:
         """What the rules say about lines with this key; None: nothing can match."""
         if not self._prefilter_re.search(key_text) or self.ignored(key_text):
             return None
+        anchor = self.is_anchor(key_text)
         dynamic: list[int] = []
         for index, rule in enumerate(self.rules):
             if rule.gate is not None and not rule.gate.search(key_text):
                 continue
             if rule.digit_free:
-                return KeyVerdict(static=index, dynamic=tuple(dynamic))
+                return KeyVerdict(static=index, dynamic=tuple(dynamic), anchor=anchor)
             dynamic.append(index)
-        if not dynamic:
+        if not dynamic and not anchor:
             return None
-        return KeyVerdict(static=None, dynamic=tuple(dynamic))
+        return KeyVerdict(static=None, dynamic=tuple(dynamic), anchor=anchor)
 
-    def node_in(self, rule: Rule, line: str) -> str | None:
-        """The culprit host named in ``line``: the rule's node pattern, then the book's."""
-        for pattern in ((rule.node_re,) if rule.node_re else ()) + self._node_res:
+    @staticmethod
+    def _host(patterns: Iterable[re.Pattern[str]], line: str) -> str | None:
+        for pattern in patterns:
             match = pattern.search(line)
             if match:
                 groups = match.groupdict()
@@ -301,6 +371,14 @@ class RuleBook:
                 if host:
                     return host
         return None
+
+    def named_node(self, rule: Rule, line: str) -> str | None:
+        """A host ``line`` names as failed: the rule's node pattern, then the book's."""
+        return self._host(((rule.node_re,) if rule.node_re else ()) + self._node_res, line)
+
+    def reporter_node(self, line: str) -> str | None:
+        """The host that printed ``line``, as far as its text says."""
+        return self._host(self._reporter_res, line)
 
     def __len__(self) -> int:
         return len(self.rules)

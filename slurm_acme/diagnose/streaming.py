@@ -10,15 +10,18 @@ Memory is bounded (templates, key caches and events are capped).
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Sequence
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from slurm_acme.diagnose.clock import stamp_of
 from slurm_acme.diagnose.compressor import LogCompressor
+from slurm_acme.diagnose.culprit import SRUN_EXIT, SrunExits, culprit_node
 from slurm_acme.diagnose.lines import DIGITS_TO_ZERO, decode, split_prefixes
 from slurm_acme.diagnose.model import Diagnosis, FailureEvent, unknown_diagnosis
 from slurm_acme.diagnose.rootcause import HEADER, RootCauseBlock, select_root_cause
-from slurm_acme.diagnose.rules import KeyVerdict, RuleBook
+from slurm_acme.diagnose.rules import KeyVerdict, Rule, RuleBook
 
 #: At most this many failure events are kept (the earliest ones win anyway).
 MAX_EVENTS = 5_000
@@ -28,6 +31,8 @@ _ENTRY_OVERHEAD = 120
 #: Evidence lines returned with a diagnosis.
 MAX_EVIDENCE = 6
 _LINE_CAP = 8_000
+#: Recent lines that some multi-line rule's ``after`` pattern matched.
+MAX_ANCHORS = 64
 
 
 class StreamingDiagnoser:
@@ -41,12 +46,18 @@ class StreamingDiagnoser:
         cases: Any = None,
         retrieval: bool = True,
         threshold: float | None = None,
+        task_nodes: Mapping[int, str] | None = None,
     ) -> None:
         """``cases`` (a CaseIndex or labelled cases; None: the shipped corpus) are
-        searched by :meth:`result` when no rule fires, unless ``retrieval`` is off."""
+        searched by :meth:`result` when no rule fires, unless ``retrieval`` is off.
+        ``task_nodes`` is the step's task layout (global rank -> node name): the
+        culprit of a rank's failure is the node that rank ran on."""
         from slurm_acme.diagnose.api import default_rulebook
 
         self.rulebook = rulebook if rulebook is not None else default_rulebook()
+        self.task_nodes: dict[int, str] = dict(task_nodes or {})
+        self.exits = SrunExits()
+        self._anchors: deque[tuple[int, int | None, str]] = deque(maxlen=MAX_ANCHORS)
         self.cases = cases
         self.retrieval = retrieval
         self.threshold = threshold
@@ -96,24 +107,26 @@ class StreamingDiagnoser:
         wanted: dict[bytes, KeyVerdict] = {}
         for key in fresh:
             verdict = self._verdict(key)
-            seen_static = verdict is not None and not verdict.dynamic and (key, -1, None) in self._recorded
-            if verdict is None or (seen_static and not self._is_header(verdict)):
+            if verdict is None or (self._once(verdict) and (key, -1, None) in self._recorded):
                 self._remember_boring(key)
             else:
                 wanted[key] = verdict
         if wanted:
             self._scan(lines, keys, wanted, base, rank, node)
 
-    def _is_header(self, verdict: KeyVerdict) -> bool:
-        return verdict.static is None and not verdict.dynamic
+    @staticmethod
+    def _once(verdict: KeyVerdict) -> bool:
+        """Whether the first line of this key says all its lines could say."""
+        return not verdict.dynamic and not verdict.anchor and verdict.builtin is None
 
     def _verdict(self, key: bytes) -> KeyVerdict | None:
         verdict = self._verdicts.get(key)
         if verdict is None and key not in self._verdicts:
             text = decode(key[:_LINE_CAP])
             verdict = self.rulebook.verdict(text)
-            if verdict is None and HEADER in text:
-                verdict = KeyVerdict(static=None, dynamic=())
+            builtin = "header" if HEADER in text else "srun" if SRUN_EXIT.search(text) else None
+            if builtin is not None:
+                verdict = replace(verdict or KeyVerdict(static=None, dynamic=()), builtin=builtin)
             self._verdicts[key] = verdict  # type: ignore[assignment]
             self._cache_bytes += len(key) + _ENTRY_OVERHEAD
         return verdict
@@ -140,13 +153,28 @@ class StreamingDiagnoser:
             verdict = wanted.get(key)
             if verdict is None:
                 continue
+            seq = base + index
             text = decode(lines[index][:_LINE_CAP])
-            if self._is_header(verdict):
+            if verdict.builtin == "header":
                 self.block = RootCauseBlock()
                 self._block_open = True
                 self._continue_block(lines, index + 1)
                 continue
-            rule_index = next((i for i in verdict.dynamic if rules[i].compiled.search(text)), verdict.static)
+            if verdict.builtin == "srun":
+                self.exits.feed(text, seq)
+            stream = rank if rank is not None else split_prefixes(text).rank
+            window: tuple[int, str] | None = None
+            rule_index = verdict.static
+            for candidate in verdict.dynamic:
+                rule = rules[candidate]
+                if rule.compiled.search(text):
+                    window = self._window_start(rule, seq, stream)
+                    if rule.after_re is None or window is not None:
+                        rule_index = candidate
+                        break
+                    window = None
+            if verdict.anchor:
+                self._anchors.append((seq, stream, text))
             if rule_index is None:
                 continue
             marker = (key, -1 if rule_index == verdict.static else rule_index, rank)
@@ -155,19 +183,39 @@ class StreamingDiagnoser:
             self._recorded.add(marker)
             if len(self._candidate_lines) < 200:
                 self._candidate_lines.append(text)
-            self._add_event(base + index, rule_index, text, rank, node)
-            if not verdict.dynamic and rank is None:
+            self._add_event(seq, rule_index, text, rank, node, window)
+            if self._once(verdict) and rank is None:
                 del wanted[key]
                 self._remember_boring(key)
 
-    def _add_event(self, seq: int, rule_index: int, text: str, rank: int | None, node: str | None) -> None:
+    def _window_start(self, rule: Rule, seq: int, stream: int | None) -> tuple[int, str] | None:
+        """For a multi-line rule: the nearest line before ``seq`` (same rank, within
+        ``window`` lines) that its ``after`` pattern matches."""
+        if rule.after_re is None:
+            return None
+        for anchor_seq, anchor_stream, anchor_text in reversed(self._anchors):
+            if (seq - rule.window <= anchor_seq < seq
+                    and (stream is None or anchor_stream is None or stream == anchor_stream)
+                    and rule.after_re.search(anchor_text)):
+                return anchor_seq, anchor_text
+        return None
+
+    def _add_event(self, seq: int, rule_index: int, text: str, rank: int | None, node: str | None,
+                   window: tuple[int, str] | None = None) -> None:
         if len(self.events) >= MAX_EVENTS:
             return
         origin = split_prefixes(text)
+        rank = rank if rank is not None else origin.rank
+        context: tuple[str, ...] = ()
+        stamp = stamp_of(origin.body) or stamp_of(text)
+        if window is not None:
+            seq, first_line = window
+            context = (first_line,)
+            stamp = stamp_of(split_prefixes(first_line).body) or stamp_of(first_line) or stamp
+        if node is None:
+            node = origin.node if origin.node is not None else self.task_nodes.get(rank) if rank is not None else None
         self.events.append(FailureEvent(
-            seq=seq, rule_index=rule_index, line=text,
-            rank=rank if rank is not None else origin.rank,
-            node=node if node is not None else origin.node,
+            seq=seq, rule_index=rule_index, line=text, rank=rank, node=node, stamp=stamp, context=context,
         ))
 
     def _continue_block(self, lines: Sequence[bytes], start: int) -> None:
@@ -194,16 +242,9 @@ class StreamingDiagnoser:
             return unknown_diagnosis()
         event, others = chosen
         rule = self.rulebook.rules[event.rule_index]
-        node = self.rulebook.node_in(rule, event.line)
-        for other in others:
-            if node is None and other.rank == event.rank:
-                node = self.rulebook.node_in(rule, other.line)
-        if node is None and self.block is not None and self.block.host and (
-            self.block.rank is None or event.rank is None or self.block.rank == event.rank
-        ):
-            node = self.block.host
-        node = node or event.node
-        evidence = tuple(dict.fromkeys([event.line, *(o.line for o in others)]))[:MAX_EVIDENCE]
+        node = culprit_node(event, rule, self.rulebook, others=others, block=self.block,
+                            exits=self.exits, task_nodes=self.task_nodes)
+        evidence = tuple(dict.fromkeys([*event.lines, *(line for o in others for line in o.lines)]))[:MAX_EVIDENCE]
         return Diagnosis(
             category=rule.category, origin=rule.origin, action=rule.action, node=node,
             rule_id=rule.id, confidence=rule.confidence, evidence=evidence, source="rule",

@@ -84,11 +84,18 @@ def test_empty_input_is_unknown():
     assert diagnose([]).is_unknown
 
 
-def test_nccl_host_prefix_names_the_node():
+def test_nccl_host_prefix_names_the_node_of_a_local_nic_fault():
+    line = "node4:1234:5678 [0] NCCL WARN NET/IB : ibv_modify_qp failed with 110 Connection timed out"
+    verdict = diagnose([line])
+    assert (verdict.category, verdict.node, verdict.action) == ("NetworkError", "node4", "requeue_exclude_node")
+
+
+def test_a_node_reporting_its_peers_completion_error_is_not_the_culprit():
     line = ("node4:1234:5678 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion "
             "from peer 10.0.0.2<53249> with error 12, opcode 0, len 0, vendor err 129")
     verdict = diagnose([line])
-    assert (verdict.category, verdict.node, verdict.action) == ("NetworkError", "node4", "requeue_exclude_node")
+    assert (verdict.category, verdict.origin) == ("NetworkError", "infrastructure")
+    assert verdict.node is None
 
 
 def test_on_host_phrase_names_the_node():

@@ -1,0 +1,86 @@
+"""The culprit is the node whose rank failed first, never a node that only reported it."""
+
+from __future__ import annotations
+
+from slurm_acme.diagnose import StreamingDiagnoser, diagnose
+
+
+def test_srun_task_exit_names_the_node_of_an_unprefixed_failure():
+    verdict = diagnose([
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "srun: error: node3: task 5: Exited with exit code 1",
+        "srun: error: node1: tasks 0-3: Killed",
+    ], cases=[])
+    assert (verdict.category, verdict.node) == ("CUDAError", "node3")
+
+
+def test_srun_first_failed_task_not_the_ones_srun_killed():
+    verdict = diagnose([
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "srun: error: node1: tasks 0-3: Terminated",
+        "srun: error: node4: task 6: Exited with exit code 1",
+    ], cases=[])
+    assert verdict.node == "node4"
+
+
+def test_srun_exit_lines_map_a_rank_prefix_to_its_node():
+    verdict = diagnose([
+        "[rank6]: RuntimeError: CUDA error: an illegal memory access was encountered",
+        "srun: error: node1: tasks 0-3: Exited with exit code 1",
+        "srun: error: node2: tasks 4-7: Exited with exit code 1",
+    ], cases=[])
+    assert verdict.node == "node2"
+
+
+def test_task_layout_maps_the_failing_rank_to_its_node():
+    layout = {0: "gpu-a1", 1: "gpu-a1", 2: "gpu-b7", 3: "gpu-b7"}
+    verdict = diagnose([
+        "[rank0]:[E321 02:17:08.408 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout",
+        "[rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    ], cases=[], task_nodes=layout)
+    assert (verdict.category, verdict.node, verdict.action) == ("ECCError", "gpu-b7", "requeue_exclude_node")
+
+
+def test_streaming_diagnoser_takes_the_layout_too():
+    live = StreamingDiagnoser(retrieval=False, task_nodes={4: "n9"})
+    live.feed("4: RuntimeError: CUDA error: misaligned address")
+    assert live.result().node == "n9"
+
+
+def test_survivors_reporting_a_dead_peer_implicate_no_node():
+    verdict = diagnose([
+        "node1:100:200 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.7<4242> with error 12",
+        "[rank0]:[E321 02:17:08.408 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout",
+    ], cases=[], task_nodes={0: "node1"})
+    assert verdict.node is None
+
+
+def test_watchdog_timeouts_alone_implicate_no_node():
+    verdict = diagnose([
+        "[rank0]:[E321 02:17:08.408 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout",
+        "srun: error: node1: task 0: Exited with exit code 1",
+    ], cases=[], task_nodes={0: "node1"})
+    assert (verdict.category, verdict.node) == ("NCCLTimeoutError", None)
+
+
+def test_the_batch_host_announcing_a_node_failure_is_not_the_failed_node():
+    verdict = diagnose([
+        "slurmstepd: error: *** JOB 4242 ON node1 CANCELLED AT 2024-05-01T10:00:00 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+    ], cases=[])
+    assert (verdict.category, verdict.node) == ("NodeFailure", None)
+    named = diagnose(["srun: error: Node failure on node7",
+                      "slurmstepd: error: *** JOB 4242 ON node1 CANCELLED AT 2024-05-01T10:00:00 DUE TO NODE FAILURE ***"],
+                     cases=[])
+    assert named.node == "node7"
+
+
+def test_time_limit_implicates_no_node():
+    verdict = diagnose(["slurmstepd: error: *** JOB 77 ON node3 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***"],
+                       cases=[])
+    assert (verdict.category, verdict.node) == ("SlurmTimeLimit", None)
+
+
+def test_kernel_xid_line_names_its_host():
+    verdict = diagnose(["Mar 21 02:07:08 gpu-node12 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."],
+                       cases=[])
+    assert (verdict.category, verdict.node) == ("NodeFailure", "gpu-node12")
