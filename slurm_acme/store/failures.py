@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import RowMapping, func, select
 
 from slurm_acme.store.engine import Store
 from slurm_acme.store.rows import upsert
@@ -114,7 +114,7 @@ def record_failure(
         return int(result.scalar_one())
 
 
-def _failure_record(r: Mapping[str, Any]) -> FailureRecord:
+def _failure_record(r: RowMapping) -> FailureRecord:
     return FailureRecord(
         id=r["id"], ts=r["ts"], category=r["category"], origin=r["origin"], action=r["action"],
         node=r["node"], rule_id=r["rule_id"], confidence=r["confidence"],
