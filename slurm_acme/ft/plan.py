@@ -85,7 +85,8 @@ def render_script(*, run_id: str, name: str, workdir: str, run_dir: str, db_url:
     q = shlex.quote
     lines = [
         "#!/bin/bash",
-        f"# slurm-acme fault-tolerant run {q(run_id)} ({q(name)}), written by `sacme submit`.",
+        # No user value goes into a comment: shell quoting does not protect a comment line.
+        "# slurm-acme fault-tolerant run, written by `sacme submit`.",
         "# The supervisor records every attempt and decides every restart.",
         f"export {c.ENV_RUN_ID}={q(run_id)}",
         f"export {c.ENV_DB}={q(db_url)}",

@@ -3,22 +3,61 @@
 Unknown keys are rejected with the list of valid ones, and every error names
 the file, the line and the field, because a typo in a 3-day job's spec must
 fail at submit time, not silently at hour 40.
+
+The file is outside input, so it is also held to what an attacker could put in
+it: control characters (newline, CR, NUL, ...) are refused in every value that
+could reach the batch script or Slurm's argv; YAML anchors and aliases are
+refused (an alias bomb expands a small file into gigabytes); files over
+:data:`MAX_SPEC_BYTES` are refused before parsing, and nesting deeper than
+:data:`MAX_SPEC_DEPTH` (which PyYAML parses in quadratic time) as soon as it is seen.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from slurm_acme.errors import InputError
+
+#: A train.yaml is a few KB; anything near this is not a spec.
+MAX_SPEC_BYTES = 1 << 20
+#: Mappings and lists nested deeper than this are refused (a spec has about 3 levels).
+MAX_SPEC_DEPTH = 32
+#: C0 controls (tab allowed) and DEL: a newline in a value rendered into a script is a command.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+#: (model, field) whose text may span lines: the user's own shell command and env values,
+#: which never enter the batch script (only NUL, impossible in argv and environ, is refused).
+_MULTILINE = {("TrainSpec", "command"), ("TrainSpec", "env")}
+
+
+def _check_text(value: Any, multiline: bool) -> None:
+    if isinstance(value, str):
+        bad = re.search("\x00", value) if multiline else _CONTROL.search(value)
+        if bad:
+            raise ValueError(f"control character {bad.group()!r} is not allowed")
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_text(item, multiline)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_text(key, False)
+            _check_text(item, multiline)
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_control_characters(cls, value: Any, info: ValidationInfo) -> Any:
+        _check_text(value, (cls.__name__, info.field_name) in _MULTILINE)
+        return value
 
 
 class CheckpointSpec(_Section):
@@ -86,7 +125,7 @@ class TrainSpec(_Section):
     @classmethod
     def _env_as_text(cls, value: Any) -> Any:
         if isinstance(value, dict):
-            return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+            return {str(k): v if isinstance(v, str) else json.dumps(v, default=str) for k, v in value.items()}
         return value
 
     @property
@@ -151,19 +190,21 @@ def _describe(error: dict[str, Any]) -> str:
         return f"unknown field {field!r} (valid: {valid})"
     if error["type"] == "missing":
         return f"missing field {field!r}"
-    return f"field {field!r}: {error['msg']} (got {error.get('input')!r})"
+    msg = error['msg'].removeprefix('Value error, ')
+    return f"field {field!r}: {msg} (got {error.get('input')!r})"
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """``--set a.b=value``: value read as YAML (``--set nodes=4`` is an int)."""
-    out = json.loads(json.dumps(data))
+    out = copy.deepcopy(data)
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise InputError(f"--set {item!r}: expected key=value (e.g. --set nodes=4)")
         try:
+            _refuse_aliases(raw, f"--set {item!r}")
             value = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError:
+        except (yaml.YAMLError, RecursionError):
             value = raw
         parts = key.strip().split(".")
         target = out
@@ -176,9 +217,29 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return out
 
 
+def _refuse_aliases(text: str, source: str) -> None:
+    """Refuse anchors, aliases and deep nesting before anything is built: the event
+    stream is read lazily and stops at the first offence, so the cost stays bounded."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise InputError(f"{source}:{event.start_mark.line + 1}: YAML anchors and aliases "
+                             f"are not allowed in a spec")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_SPEC_DEPTH:
+                raise InputError(f"{source}:{event.start_mark.line + 1}: nested deeper than "
+                                 f"{MAX_SPEC_DEPTH} levels; not a train.yaml")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
 def parse_spec(text: str, source: str, overrides: list[str] | None = None) -> TrainSpec:
     """Validate a ``train.yaml`` text; every error is one line naming file, line, field."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
+        raise InputError(f"{source}: larger than {MAX_SPEC_BYTES} bytes; not a train.yaml")
     try:
+        _refuse_aliases(text, source)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -186,6 +247,8 @@ def parse_spec(text: str, source: str, overrides: list[str] | None = None) -> Tr
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InputError(f"{source}{where}: not valid YAML: {problem}") from None
+    except RecursionError:
+        raise InputError(f"{source}: not valid YAML: nested too deeply") from None
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a mapping of fields at the top level "
                          f"(valid: {', '.join(_valid_keys(TrainSpec))})")
@@ -207,7 +270,11 @@ def load_spec(path: str | Path, overrides: list[str] | None = None) -> TrainSpec
     """Read and validate a ``train.yaml`` file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            raw = f.read(MAX_SPEC_BYTES + 1)
+        if len(raw) > MAX_SPEC_BYTES:
+            raise InputError(f"{path}: larger than {MAX_SPEC_BYTES} bytes; not a train.yaml")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
