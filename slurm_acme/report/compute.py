@@ -15,6 +15,7 @@ from itertools import accumulate
 from typing import Any, Protocol
 
 from slurm_acme.errors import InputError
+from slurm_acme.report import utilisation
 from slurm_acme.report.model import (
     LARGE_JOB_GPUS,
     PERCENTILES,
@@ -359,33 +360,9 @@ def _states(gpu: list[JobGroup]) -> dict[str, Any]:
 
 
 def telemetry_sections(reader: ReportReader, tdp_watts: float) -> tuple[dict | None, dict | None]:
-    """The utilisation and power sections (both ``None`` without samples)."""
-    gpu = reader.gpu_samples(tdp_watts)
-    nodes = reader.node_samples()
-    if not gpu.samples and not nodes.samples:
-        return None, None
-    utilisation = {
-        "gpu_samples": float(gpu.samples),
-        "node_samples": float(nodes.samples),
-        "zero_util_share": _ratio(gpu.util_zero, gpu.util_n),
-        "util_median": gpu.util_median,
-        "sm_active_median": gpu.sm_active_median,
-        "fb_ge_75_share": _ratio(gpu.fb_high, gpu.fb_n),
-        "cpu_median": nodes.cpu_median,
-        "mem_median": nodes.mem_median,
-    }
-    share = None
-    if not reader.flt.narrows_jobs:
-        gpu_w, node_w = reader.server_power()
-        both = sorted(set(gpu_w) & set(node_w))
-        share = _ratio(sum(gpu_w[k] for k in both), sum(node_w[k] for k in both))
-    power = {
-        "tdp_w": float(tdp_watts),
-        "idle_gpu_power_median_w": gpu.idle_power_median,
-        "over_tdp_share": _ratio(gpu.power_over_tdp, gpu.power_n),
-        "gpu_share_of_server_power": share,
-    }
-    return utilisation, power
+    """The utilisation and power sections (both ``None`` without samples);
+    computed by :mod:`slurm_acme.report.utilisation` from the rollups."""
+    return utilisation.sections(reader.telemetry(), tdp_watts, cluster_scope=not reader.flt.narrows_jobs)
 
 
 def _failure_rows(groups: list[FailureGroup]) -> list[dict[str, Any]]:

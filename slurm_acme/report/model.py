@@ -16,15 +16,21 @@ Section shapes (all numbers floats):
   cancelled (``CANCELLED`` and ``CANCELLED by N``), failed (``FAILED``,
   ``TIMEOUT``, ``NODE_FAIL``, ``OUT_OF_MEMORY``, ``BOOT_FAIL``, ``DEADLINE``)
   and other (still running, ``PREEMPTED``, ...) GPU jobs.
-- ``utilisation``: GPU samples in the period: share at 0 % utilisation,
-  median utilisation and SM activity, share with framebuffer >= 75 % used;
-  node samples: median CPU and memory utilisation. ``power``: median power
-  of GPU samples at 0 % utilisation ("idle"), share of GPU samples above the
-  TDP (``report.tdp_watts``), and the GPU share of GPU-server power (per
+- ``utilisation``: read off the hourly telemetry rollups only (the same
+  with or without raw samples), over the hours that start in the period:
+  GPU samples: share at 0 % utilisation, median utilisation (%) and SM
+  activity (``sm_active_median_pct``, %), share with framebuffer >= 75 %
+  used; node samples: median CPU and memory utilisation; ``quantile_bounds``
+  (how far each median can be from the exact nearest-rank one: less than one
+  histogram bin); ``beside_acme`` (:class:`BesideAcme`: medians and key shares
+  beside Seren, Kalos and Philly, and the CDFs to overlay). ``power``: median
+  power of GPU samples at 0 % utilisation ("idle"), share of GPU samples at or
+  above the TDP (``report.tdp_watts``; ``over_tdp_share_bounds`` bound the
+  share strictly above it), and the GPU share of GPU-server power (per
   server, mean total GPU draw over mean server draw, summed over servers with
-  both). Both ``None`` without samples. Samples count by their own time
-  stamp; with ``--user``/``--type`` only samples of the selected jobs count
-  and the node-level figures are ``None`` (a node is shared).
+  both). Both ``None`` without samples. With ``--user``/``--type`` only the
+  selected jobs' GPU-hours count and the node-level figures are ``None``
+  (a node is shared).
 - ``failures``: failures whose time stamp falls in the period, per
   (origin, category) and per origin: count, share of failed GPU time
   (``gpus * time_to_failure_s``), mean GPUs, median time to failure and
@@ -80,3 +86,67 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         """One object whose keys are exactly the section names."""
         return {name: getattr(self, name) for name in SECTIONS}
+
+
+# -- utilisation and power beside Acme (data: telemetry; rendering: report) -----
+
+@dataclass(frozen=True)
+class SideBySide:
+    """One figure of this site beside the Acme clusters' (Seren, Kalos, Philly):
+    a median (``unit`` as given) or a share (0..1). ``acme`` maps a cluster to
+    its figure, ``None`` where AcmeTrace has no such metric for it. ``bound``
+    says how far the site's figure can be from the exact one."""
+
+    key: str
+    label: str
+    unit: str
+    site: float | None
+    acme: dict[str, float | None]
+    bound: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "label": self.label, "unit": self.unit, "site": self.site,
+                "acme": dict(self.acme), "bound": self.bound}
+
+
+@dataclass(frozen=True)
+class CdfCurve:
+    """A CDF as ``(value, share of values <= it)`` points; ``source`` is
+    ``"site"`` or an Acme cluster name."""
+
+    source: str
+    points: tuple[tuple[float, float], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "points": [list(p) for p in self.points]}
+
+
+@dataclass(frozen=True)
+class MetricCdfs:
+    """The site's CDF of one metric overlaid on Acme's (the paper's Figs 7-9)."""
+
+    key: str
+    label: str
+    unit: str
+    curves: tuple[CdfCurve, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "label": self.label, "unit": self.unit,
+                "curves": [c.to_json() for c in self.curves]}
+
+
+@dataclass(frozen=True)
+class BesideAcme:
+    """The site's utilisation and power distributions beside Acme's: medians,
+    the key shares (GPUs idle, SM active < 50 %, memory >= 75 %, power above
+    TDP) and the CDFs to overlay. JSON: ``utilisation.beside_acme``."""
+
+    medians: tuple[SideBySide, ...]
+    shares: tuple[SideBySide, ...]
+    cdfs: tuple[MetricCdfs, ...]
+    credit: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"medians": [m.to_json() for m in self.medians],
+                "shares": [s.to_json() for s in self.shares],
+                "cdfs": [c.to_json() for c in self.cdfs], "credit": self.credit}

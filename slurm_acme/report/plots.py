@@ -27,6 +27,7 @@ FIGURE_SECTIONS = {
     "scale_cdf": "scale",
     "states": "states",
     "utilisation": "utilisation",
+    "utilisation_cdfs": "utilisation",
     "power": "power",
     "failures": "failures",
     "compare": "compare",
@@ -126,15 +127,26 @@ def _bars(title: str, data: dict[str, Any], ylabel: str) -> bytes:
     return _png(fig)
 
 
+def _scalars(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if v is None or isinstance(v, (int, float))}
+
+
 def _utilisation(r: Report) -> bytes:
     assert r.utilisation is not None
-    data = {k: v for k, v in r.utilisation.items() if not k.endswith("samples")}
+    data = {k: v for k, v in _scalars(r.utilisation).items() if not k.endswith("samples")}
     return _bars("Utilisation (Figs. 7-8)", data, "% (shares and medians)")
+
+
+def _utilisation_cdfs(r: Report) -> bytes:
+    from slurm_acme.report.util_plots import overlaid_cdfs
+
+    assert r.utilisation is not None
+    return _png(overlaid_cdfs(r.utilisation["beside_acme"]))
 
 
 def _power(r: Report) -> bytes:
     assert r.power is not None
-    return _bars("Power (Fig. 9)", {k: v for k, v in r.power.items() if k != "tdp_w"}, "W or %")
+    return _bars("Power (Fig. 9)", {k: v for k, v in _scalars(r.power).items() if k != "tdp_w"}, "W or %")
 
 
 def _failures(r: Report) -> bytes:
@@ -175,6 +187,8 @@ def figures(report: Report) -> dict[str, bytes]:
         ("scale_cdf", report.overview["gpu_jobs"] > 0, _scale_cdf),
         ("states", report.overview["gpu_jobs"] > 0, _states),
         ("utilisation", report.utilisation is not None, _utilisation),
+        ("utilisation_cdfs", bool(report.utilisation and report.utilisation.get("beside_acme")),
+         _utilisation_cdfs),
         ("power", report.power is not None, _power),
         ("failures", report.failures is not None, _failures),
         ("compare", report.compare is not None, _compare),

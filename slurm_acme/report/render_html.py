@@ -61,7 +61,15 @@ def _grid(title: str, rows: list[tuple[str, dict[str, Any]]], label: str = "") -
 
 
 def _pairs(title: str, data: dict[str, Any]) -> str:
-    return _grid(title, [(k, {"value": v}) for k, v in data.items()], "figure")
+    return _grid(title, [(k, {"value": v}) for k, v in data.items()
+                         if v is None or isinstance(v, (int, float, str))], "figure")
+
+
+def _beside_acme(beside: dict[str, Any]) -> str:
+    rows = [(f"{r['label']} ({r['unit']})", {"this site": r["site"], **r["acme"]})
+            for r in (*beside["medians"], *beside["shares"])]
+    return (_grid("beside Acme (Figs 7-9): medians and key shares", rows, "figure")
+            + f"<p class='note'>{html.escape(beside['credit'])}</p>")
 
 
 def _when(ts: float | None) -> str:
@@ -113,6 +121,8 @@ def _section_tables(name: str, data: Any) -> str:
         return _grid("this cluster beside AcmeTrace (Seren, Kalos), Philly, Helios, PAI",
                      [(str(r["cluster"]), {k: v for k, v in r.items() if k not in ("cluster", "source")})
                       for r in data], "cluster")
+    if name == "utilisation" and data.get("beside_acme"):
+        return _pairs("", data) + _beside_acme(data["beside_acme"])
     return _pairs("", data)
 
 

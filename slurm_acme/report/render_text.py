@@ -90,7 +90,20 @@ def _states(r: Report) -> Table:
 def _pairs(title: str, data: dict[str, Any]) -> Table:
     t = _table(title, ["figure", "value"])
     for key, value in data.items():
-        t.add_row(key, fmt(value, "share" if "share" in key else "num"))
+        if value is None or isinstance(value, (int, float, str)):
+            t.add_row(key, fmt(value, "share" if "share" in key else "num"))
+    return t
+
+
+def _beside_acme(beside: dict[str, Any]) -> Table:
+    """The site's medians and key shares beside Seren, Kalos and Philly."""
+    clusters = list(beside["medians"][0]["acme"]) if beside["medians"] else []
+    t = _table("utilisation and power beside Acme (Figs 7-9)", ["figure", "this site", *clusters])
+    for row in (*beside["medians"], *beside["shares"]):
+        kind = "share" if row["unit"] == "share" else "num"
+        unit = "" if row["unit"] == "share" else f" ({row['unit']})"
+        t.add_row(row["label"] + unit, fmt(row["site"], kind), *[fmt(row["acme"][c], kind) for c in clusters])
+    t.caption = beside["credit"] + "; site medians: lower bin edge (error < 1 bin)"
     return t
 
 
@@ -131,6 +144,8 @@ def render_text(report: Report, width: int = 120) -> str:
             console.print(table)
     if report.utilisation is not None:
         console.print(_pairs("utilisation", report.utilisation))
+        if report.utilisation.get("beside_acme"):
+            console.print(_beside_acme(report.utilisation["beside_acme"]))
     if report.power is not None:
         console.print(_pairs("power", report.power))
     if report.failures is not None:

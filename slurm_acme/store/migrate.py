@@ -32,8 +32,24 @@ def _create_initial(conn: Connection) -> None:
     metadata.create_all(conn, checkfirst=True)
 
 
+def _hourly_rollups(conn: Connection) -> None:
+    """Telemetry rollup tables, built from the raw samples already held; the
+    sample-by-job index goes (nothing reads samples by job alone any more)."""
+    from slurm_acme.store.rollup_rows import rebuild_window, rebuild_windows
+    from slurm_acme.store.schema.telemetry import ROLLUP_TABLES
+
+    for table in ROLLUP_TABLES:
+        table.create(conn, checkfirst=True)
+    for index in ROLLUP_TABLES[0].indexes:
+        index.create(conn, checkfirst=True)
+    conn.execute(text("DROP INDEX IF EXISTS ix_gpu_samples_job"))
+    for start, end in rebuild_windows(conn):
+        rebuild_window(conn, start, end)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _create_initial),
+    Migration(2, "hourly telemetry rollups", _hourly_rollups),
 )
 
 LATEST = MIGRATIONS[-1].version

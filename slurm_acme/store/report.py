@@ -51,6 +51,7 @@ from sqlalchemy import (
     true,
 )
 
+from slurm_acme.store.rollup_rows import RolledTelemetry, cluster_telemetry, jobs_telemetry
 from slurm_acme.store.schema.core import jobs
 from slurm_acme.store.schema.failures import failures
 from slurm_acme.store.schema.report import (
@@ -60,7 +61,6 @@ from slurm_acme.store.schema.report import (
     report_job_values,
     report_rollup_parts,
 )
-from slurm_acme.store.schema.telemetry import gpu_samples, node_samples
 
 #: Slurm end states the paper counts as a failed job (TIMEOUT and NODE_FAIL
 #: included, as in AcmeTrace; the rest are Slurm's other abnormal ends).
@@ -561,97 +561,6 @@ def rolled_up_jobs(conn: Connection, flt: JobFilter, total_jobs: int) -> JobAggr
     return JobAggregates(total_jobs, gpu, histograms[0], histograms[1], points=False, from_rollups=True)
 
 
-# -- telemetry -----------------------------------------------------------------
-
-def _sample_conds(table: Table, flt: JobFilter) -> list[ColumnElement[bool]]:
-    conds: list[ColumnElement[bool]] = []
-    if flt.cluster is not None:
-        conds.append(table.c.cluster == flt.cluster)
-    if flt.since_ts is not None:
-        conds.append(table.c.ts >= flt.since_ts)
-    if flt.until_ts is not None:
-        conds.append(table.c.ts < flt.until_ts)
-    return conds
-
-
-def _gpu_sample_conds(flt: JobFilter) -> list[ColumnElement[bool]]:
-    conds = _sample_conds(gpu_samples, flt)
-    if flt.narrows_jobs:
-        s = selected.c
-        conds.append(exists().where(and_(s.cluster == gpu_samples.c.cluster, s.job_id == gpu_samples.c.job_id)))
-    return conds
-
-
-def gpu_sample_stats(conn: Connection, flt: JobFilter, tdp_watts: float) -> dict[str, Any]:
-    """Counts behind the utilisation and power shares, in one pass."""
-    g = gpu_samples.c
-    fb_known = and_(g.mem_used_bytes.isnot(None), g.mem_total_bytes > 0)
-    q = select(
-        func.count().label("samples"),
-        func.count(g.util_percent).label("util_n"),
-        func.sum(case((g.util_percent == 0, 1), else_=0)).label("util_zero"),
-        func.sum(case((fb_known, 1), else_=0)).label("fb_n"),
-        func.sum(case((and_(fb_known, g.mem_used_bytes >= 0.75 * g.mem_total_bytes), 1), else_=0)).label("fb_high"),
-        func.count(g.power_w).label("power_n"),
-        func.sum(case((g.power_w > tdp_watts, 1), else_=0)).label("power_over_tdp"),
-    ).where(_where(_gpu_sample_conds(flt)))
-    return dict(conn.execute(q).one()._mapping)
-
-
-def gpu_sample_medians(conn: Connection, flt: JobFilter) -> dict[str, float | None]:
-    """Median GPU utilisation, SM activity and idle-GPU (0 % util) power."""
-    g = gpu_samples.c
-    base = _gpu_sample_conds(flt)
-    out: dict[str, float | None] = {}
-    for name, column, extra in (
-        ("util", g.util_percent, []),
-        ("sm_active", g.sm_active, []),
-        ("idle_power", g.power_w, [g.util_percent == 0]),
-    ):
-        source = select(literal(1).label("k"), column.label("v")).where(and_(column.isnot(None), *base, *extra))
-        found = grouped_quantiles(conn, source, [50], overall=False)
-        out[name] = found.get((1,), {}).get(50)
-    return out
-
-
-def node_sample_medians(conn: Connection, flt: JobFilter) -> dict[str, float | None]:
-    """Median CPU and host-memory utilisation over node samples."""
-    n = node_samples.c
-    base = _sample_conds(node_samples, flt)
-    out: dict[str, float | None] = {}
-    for name, column in (("cpu", n.cpu_percent), ("mem", n.mem_percent)):
-        source = select(literal(1).label("k"), column.label("v")).where(and_(column.isnot(None), *base))
-        out[name] = grouped_quantiles(conn, source, [50], overall=False).get((1,), {}).get(50)
-    return out
-
-
-def power_by_node(conn: Connection, flt: JobFilter) -> tuple[dict[tuple, float], dict[tuple, float]]:
-    """Per GPU server: mean total GPU power (sum of GPU power over sample
-    instants / instants) and mean server power. Their ratio, summed over
-    servers with both, is the GPU share of server power, whatever the two
-    sampling cadences."""
-    g = gpu_samples.c
-    n = node_samples.c
-    gq = (
-        select(g.cluster, g.node, func.sum(g.power_w), func.count(g.ts.distinct()))
-        .where(and_(g.power_w.isnot(None), *_sample_conds(gpu_samples, flt)))
-        .group_by(g.cluster, g.node)
-    )
-    nq = (
-        select(n.cluster, n.node, func.avg(n.node_power_w))
-        .where(and_(n.node_power_w.isnot(None), *_sample_conds(node_samples, flt)))
-        .group_by(n.cluster, n.node)
-    )
-    gpu = {(r[0], r[1]): float(r[2]) / int(r[3]) for r in conn.execute(gq) if r[3]}
-    node = {(r[0], r[1]): float(r[2]) for r in conn.execute(nq)}
-    return gpu, node
-
-
-def node_sample_count(conn: Connection, flt: JobFilter) -> int:
-    q = select(func.count()).select_from(node_samples).where(_where(_sample_conds(node_samples, flt)))
-    return int(conn.execute(q).scalar_one())
-
-
 # -- failures ------------------------------------------------------------------
 
 def _failure_conds(flt: JobFilter) -> list[ColumnElement[bool]]:
@@ -707,31 +616,6 @@ def failure_medians(
 # for one filter and gets records back.
 
 @dataclass(frozen=True)
-class GpuSampleFigures:
-    """Counts and medians of the GPU samples a report covers."""
-
-    samples: int
-    util_n: int
-    util_zero: int
-    fb_n: int
-    fb_high: int
-    power_n: int
-    power_over_tdp: int
-    util_median: float | None
-    sm_active_median: float | None
-    idle_power_median: float | None
-
-
-@dataclass(frozen=True)
-class NodeSampleFigures:
-    """Count and medians of the node samples a report covers."""
-
-    samples: int
-    cpu_median: float | None
-    mem_median: float | None
-
-
-@dataclass(frozen=True)
 class FailureGroup:
     """The failures of one origin (and category, when grouped by it)."""
 
@@ -777,30 +661,15 @@ class ReportReader:
         if self.flt.narrows_jobs:
             self._select()
 
-    def gpu_samples(self, tdp_watts: float) -> GpuSampleFigures:
-        self._matched()
-        stats = gpu_sample_stats(self._conn, self.flt, tdp_watts)
-        medians = gpu_sample_medians(self._conn, self.flt) if stats["samples"] else {}
-        return GpuSampleFigures(
-            samples=int(stats["samples"] or 0), util_n=int(stats["util_n"] or 0),
-            util_zero=int(stats["util_zero"] or 0), fb_n=int(stats["fb_n"] or 0),
-            fb_high=int(stats["fb_high"] or 0), power_n=int(stats["power_n"] or 0),
-            power_over_tdp=int(stats["power_over_tdp"] or 0), util_median=medians.get("util"),
-            sm_active_median=medians.get("sm_active"), idle_power_median=medians.get("idle_power"),
-        )
-
-    def node_samples(self) -> NodeSampleFigures:
-        """Node figures of the whole cluster (no samples when the filter
-        narrows to users or types: a node is shared)."""
-        if self.flt.narrows_jobs:
-            return NodeSampleFigures(0, None, None)
-        n = node_sample_count(self._conn, self.flt)
-        medians = node_sample_medians(self._conn, self.flt) if n else {"cpu": None, "mem": None}
-        return NodeSampleFigures(n, medians["cpu"], medians["mem"])
-
-    def server_power(self) -> tuple[dict[tuple, float], dict[tuple, float]]:
-        """See :func:`power_by_node`."""
-        return power_by_node(self._conn, self.flt)
+    def telemetry(self) -> RolledTelemetry:
+        """The utilisation and power figures, off the hourly rollups: the
+        whole cluster's, or with a user or type filter the selected jobs'
+        GPU-hours (see :mod:`slurm_acme.store.rollup_rows`)."""
+        f = self.flt
+        if f.narrows_jobs:
+            self._select()
+            return jobs_telemetry(self._conn, selected, f.cluster, f.since_ts, f.until_ts)
+        return cluster_telemetry(self._conn, f.cluster, f.since_ts, f.until_ts)
 
     def failures(self, by_category: bool) -> list[FailureGroup]:
         self._matched()

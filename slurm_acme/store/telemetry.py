@@ -17,9 +17,20 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, case, delete, func, select, text, update
 
+from slurm_acme.store import rollup_rows
 from slurm_acme.store.engine import Store, store_door
+from slurm_acme.store.rollups import GPU_KEY as GPU_HOUR_KEY
+from slurm_acme.store.rollups import NODE_KEY as NODE_HOUR_KEY
 from slurm_acme.store.rows import get_meta, set_meta, upsert
-from slurm_acme.store.schema.telemetry import gpu_samples, job_nodes, job_summaries, node_samples
+from slurm_acme.store.schema.telemetry import (
+    cluster_hourly,
+    gpu_hourly,
+    gpu_samples,
+    job_nodes,
+    job_summaries,
+    node_hourly,
+    node_samples,
+)
 
 GPU_KEY = ("cluster", "node", "ts", "gpu_index")
 NODE_KEY = ("cluster", "node", "ts")
@@ -32,10 +43,18 @@ _SUMMED = ("gpu_util", "sm_active", "gpu_mem")
 
 @store_door
 def insert_tick(spool: Store, node_row: Mapping[str, Any], gpu_rows: Sequence[Mapping[str, Any]]) -> None:
-    """One sampling tick, committed as a unit (kill -9 loses at most this tick)."""
+    """One sampling tick and its share of the hourly rollups, committed as a
+    unit (kill -9 loses at most this tick). A tick whose time stamp the spool
+    already has is ignored whole, so it is never counted twice."""
+    n = node_samples.c
     with spool.engine.begin() as conn:
+        known = conn.execute(select(n.id).where(and_(
+            n.cluster == node_row["cluster"], n.node == node_row["node"], n.ts == node_row["ts"]))).first()
+        if known is not None:
+            return
         upsert(conn, node_samples, [node_row], NODE_KEY, update=())
         upsert(conn, gpu_samples, list(gpu_rows), GPU_KEY, update=())
+        rollup_rows.merge_tick(conn, gpu_rows, node_row)
 
 
 @store_door
@@ -180,6 +199,7 @@ def flush(spool: Store, central: Store, *, batch: int, min_coverage: float) -> F
     """
     gpu = _copy_samples(spool, central, gpu_samples, GPU_KEY, batch)
     node = _copy_samples(spool, central, node_samples, NODE_KEY, batch)
+    _send_rollups(spool, central, batch)
     with spool.engine.connect() as sconn:
         pending = [dict(r._mapping) for r in sconn.execute(
             select(job_nodes).where(job_nodes.c.synced == 0))]
@@ -192,6 +212,30 @@ def flush(spool: Store, central: Store, *, batch: int, min_coverage: float) -> F
                 func.coalesce(c.end_ts, -1.0) == (row["end_ts"] if row["end_ts"] is not None else -1.0),
             )).values(synced=1))
     return FlushResult(gpu, node, len(pending))
+
+
+def _send_rollups(spool: Store, central: Store, batch: int) -> int:
+    """Send the spool's changed rollup rows (whole rows; the central store
+    moves its cluster totals by the difference), then mark them synced."""
+    sent = 0
+    limit = max(1, batch // 10)
+    for table, key in ((gpu_hourly, GPU_HOUR_KEY), (node_hourly, NODE_HOUR_KEY)):
+        while True:
+            with spool.engine.connect() as sconn:
+                rows = rollup_rows.unsynced(sconn, table, limit)
+            if not rows:
+                break
+            with central.engine.begin() as cconn:
+                if table is gpu_hourly:
+                    rollup_rows.apply_rollups(cconn, rows, [])
+                else:
+                    rollup_rows.apply_rollups(cconn, [], rows)
+            with spool.engine.begin() as sconn:
+                rollup_rows.mark_synced(sconn, table, key, rows)
+            sent += len(rows)
+            if len(rows) < limit:
+                break
+    return sent
 
 
 def _send_job_node(central: Store, row: Mapping[str, Any], min_coverage: float) -> None:
@@ -277,6 +321,9 @@ def prune_flushed(spool: Store, before_ts: float) -> int:
         c = job_nodes.c
         removed += conn.execute(delete(job_nodes).where(and_(
             c.synced == 1, c.end_ts.isnot(None), c.end_ts < before_ts))).rowcount or 0
+        for table in (gpu_hourly, node_hourly):
+            removed += conn.execute(delete(table).where(and_(
+                table.c.synced == 1, table.c.hour_ts < before_ts - 3600))).rowcount or 0
     return removed
 
 
@@ -309,6 +356,14 @@ def copy_all(spool: Store, target: Store, *, batch: int, min_coverage: float) ->
             last = rows[-1].id
             sent = sent + (FlushResult(gpu_rows=len(rows)) if table is gpu_samples
                            else FlushResult(node_rows=len(rows)))
+    for table in (gpu_hourly, node_hourly):
+        with spool.engine.connect() as sconn:
+            rows = [dict(r._mapping) for r in sconn.execute(select(table))]
+        for i in range(0, len(rows), 500):
+            with target.engine.begin() as tconn:
+                chunk = rows[i:i + 500]
+                rollup_rows.apply_rollups(tconn, chunk if table is gpu_hourly else [],
+                                          chunk if table is node_hourly else [])
     with spool.engine.connect() as sconn:
         jobs = [dict(r._mapping) for r in sconn.execute(select(job_nodes))]
     for row in jobs:
@@ -353,7 +408,8 @@ def count_rows(store: Store, cluster: str | None = None) -> dict[str, int]:
     """Row counts per telemetry table (for `collectd status` and tests)."""
     out = {}
     with store.engine.connect() as conn:
-        for table in (gpu_samples, node_samples, job_nodes, job_summaries):
+        for table in (gpu_samples, node_samples, job_nodes, job_summaries, gpu_hourly, node_hourly,
+                      cluster_hourly):
             q = select(func.count()).select_from(table)
             if cluster is not None:
                 q = q.where(table.c.cluster == cluster)

@@ -72,8 +72,10 @@ def test_once_samples_and_flushes_into_the_store(tmp_path):
 
     store = open_store(db)
     try:
+        # 2 GPU-hours, 1 node-hour, and one cluster-hour row per metric (6 GPU + 5 node)
         assert tstore.count_rows(store) == {"gpu_samples": 2, "node_samples": 1, "job_nodes": 0,
-                                            "job_summaries": 0}
+                                            "job_summaries": 0, "gpu_hourly": 2, "node_hourly": 1,
+                                            "cluster_hourly": 11}
     finally:
         store.dispose()
     assert "sampler synthetic on" in proc.stderr

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Float, Index, Integer, String, Table, Text, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
 
+from slurm_acme.store.rollups import GPU_METRICS, NODE_METRICS, BinSpec
 from slurm_acme.store.schema.base import metadata
 
 node_samples = Table(
@@ -50,8 +62,9 @@ gpu_samples = Table(
     Column("flags", String(200)),
     UniqueConstraint("cluster", "node", "ts", "gpu_index"),
 )
+#: Retention on SQLite deletes by time; Postgres drops whole day partitions
+#: instead and keeps only the unique key (see :mod:`slurm_acme.store.partitions`).
 Index("ix_gpu_samples_ts", gpu_samples.c.ts)
-Index("ix_gpu_samples_job", gpu_samples.c.job_id)
 
 #: One row per (job, node): the prolog mark (start, GPU mapping), the epilog mark
 #: (end, exit code) and, once the job ended there, that node's share of the job
@@ -113,3 +126,71 @@ job_summaries = Table(
     Column("n_node_samples", Integer),
     Column("flags", Text),
 )
+
+
+def _metric_columns(specs: tuple[BinSpec, ...]) -> list[Column]:
+    cols: list[Column] = []
+    for m in specs:
+        cols += [Column(f"{m.name}_n", BigInteger, nullable=False, default=0),
+                 Column(f"{m.name}_sum", Float, nullable=False, default=0.0),
+                 Column(f"{m.name}_hist", LargeBinary)]
+    return cols
+
+
+#: Hourly rollup of one GPU's samples while one job (``job_id`` ``''``: none)
+#: held it: count, sum and fixed-bin histogram per metric
+#: (:data:`slurm_acme.store.rollups.GPU_METRICS`). Built in the node spool as
+#: samples are taken and sent whole (replacing) at every flush; kept forever.
+gpu_hourly = Table(
+    "gpu_hourly",
+    metadata,
+    Column("cluster", String(64), primary_key=True),
+    Column("hour_ts", Float, primary_key=True),
+    Column("node", String(128), primary_key=True),
+    Column("gpu_index", Integer, primary_key=True),
+    Column("job_id", String(64), primary_key=True),
+    Column("samples", BigInteger, nullable=False, default=0),
+    *_metric_columns(GPU_METRICS),
+    #: Spool bookkeeping: 0 while this row's latest version is not central.
+    Column("synced", Integer, nullable=False, default=0),
+    sqlite_with_rowid=False,
+)
+#: ``--user``/``--type`` reports read the selected jobs' GPU-hours.
+Index("ix_gpu_hourly_job", gpu_hourly.c.cluster, gpu_hourly.c.job_id)
+
+#: Hourly rollup of one node's samples (:data:`~slurm_acme.store.rollups.NODE_METRICS`)
+#: plus its GPUs' summed power and the sample instants that had GPU power,
+#: whose ratio is the node's mean total GPU draw.
+node_hourly = Table(
+    "node_hourly",
+    metadata,
+    Column("cluster", String(64), primary_key=True),
+    Column("hour_ts", Float, primary_key=True),
+    Column("node", String(128), primary_key=True),
+    Column("samples", BigInteger, nullable=False, default=0),
+    Column("gpu_power_sum", Float, nullable=False, default=0.0),
+    Column("gpu_power_ticks", BigInteger, nullable=False, default=0),
+    *_metric_columns(NODE_METRICS),
+    Column("synced", Integer, nullable=False, default=0),
+    sqlite_with_rowid=False,
+)
+
+#: Per (cluster, hour, metric): the sum over every node of ``gpu_hourly`` and
+#: ``node_hourly``, kept current by each flush (it adds the difference between
+#: a node's new rollup row and the one it replaces). Whole-cluster reports read
+#: only this: a month is 720 rows per metric whatever the site's size.
+cluster_hourly = Table(
+    "cluster_hourly",
+    metadata,
+    Column("cluster", String(64), primary_key=True),
+    Column("hour_ts", Float, primary_key=True),
+    Column("metric", String(16), primary_key=True),
+    Column("n", BigInteger, nullable=False, default=0),
+    Column("sum", Float, nullable=False, default=0.0),
+    Column("hist", LargeBinary),
+    #: Samples behind the row (GPU samples for GPU metrics, node samples for node metrics).
+    Column("samples", BigInteger, nullable=False, default=0),
+    sqlite_with_rowid=False,
+)
+
+ROLLUP_TABLES = (gpu_hourly, node_hourly, cluster_hourly)

@@ -1,0 +1,315 @@
+"""Reading and writing the hourly rollup tables (format: :mod:`slurm_acme.store.rollups`).
+
+Three writers, one rule: a ``gpu_hourly`` or ``node_hourly`` row is always
+written *whole* (it replaces what was there), and ``cluster_hourly`` gets the
+difference between the new row and the one replaced. So re-sending a row
+(a flush retried after a crash, ``collectd flush --all`` over a spool that was
+already flushed, a Prometheus import run twice) changes nothing.
+
+- the node spool merges every sampling tick into its own rows
+  (:func:`merge_tick`), marking them unsynced;
+- a flush sends the unsynced rows to the central store (:func:`apply_rollups`);
+- :func:`rebuild_from_samples` rebuilds hours from the raw samples a store
+  still holds (stores written before the rollups existed, backfills).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Table, and_, func, select, text, true, tuple_, update
+
+from slurm_acme.store.rollups import (
+    GPU_KEY,
+    GPU_METRICS,
+    METRICS,
+    NODE_KEY,
+    NODE_METRICS,
+    BinSpec,
+    Distribution,
+    Hist,
+    RollupRow,
+    decode,
+    encode,
+    gpu_rollups,
+    hour_of,
+    merged,
+    node_rollups,
+)
+from slurm_acme.store.rows import set_meta, upsert
+from slurm_acme.store.schema.telemetry import (
+    cluster_hourly,
+    gpu_hourly,
+    gpu_samples,
+    node_hourly,
+    node_samples,
+)
+
+_KINDS: tuple[tuple[Table, tuple[str, ...], tuple[BinSpec, ...]], ...] = (
+    (gpu_hourly, GPU_KEY, GPU_METRICS),
+    (node_hourly, NODE_KEY, NODE_METRICS),
+)
+#: Postgres advisory lock class for rollup writers of one (cluster, node).
+_NODE_LOCK = 716373
+
+
+def _key_cond(table: Table, key_names: Sequence[str], keys: Sequence[tuple]) -> Any:
+    return tuple_(*[table.c[k] for k in key_names]).in_(list(keys))
+
+
+def _existing(conn: Connection, table: Table, key_names: Sequence[str], specs: Sequence[BinSpec],
+              keys: Sequence[tuple]) -> dict[tuple, RollupRow]:
+    out: dict[tuple, RollupRow] = {}
+    for i in range(0, len(keys), 400):
+        chunk = keys[i:i + 400]
+        for r in conn.execute(select(table).where(_key_cond(table, key_names, chunk))):
+            row = RollupRow.from_row(r._mapping, key_names, specs)
+            out[row.key] = row
+    return out
+
+
+def _write(conn: Connection, table: Table, key_names: Sequence[str], rows: Iterable[RollupRow],
+           synced: int) -> None:
+    payload = [{**row.columns(key_names), "synced": synced} for row in rows]
+    for i in range(0, len(payload), 500):
+        upsert(conn, table, payload[i:i + 500], list(key_names))
+
+
+# ------------------------------------------------------------------ spool side
+
+def merge_tick(conn: Connection, gpu_rows: Sequence[Mapping[str, Any]], node_row: Mapping[str, Any]) -> None:
+    """Add one sampling tick to the spool's rollup rows (same transaction as the samples)."""
+    for table, key_names, specs, fresh in (
+        (gpu_hourly, GPU_KEY, GPU_METRICS, gpu_rollups(gpu_rows)),
+        (node_hourly, NODE_KEY, NODE_METRICS, node_rollups([node_row], gpu_rows)),
+    ):
+        if not fresh:
+            continue
+        rows = _existing(conn, table, key_names, specs, list(fresh))
+        for key, row in fresh.items():
+            if key in rows:
+                rows[key].merge(row)
+            else:
+                rows[key] = row
+        _write(conn, table, key_names, rows.values(), synced=0)
+
+
+def unsynced(conn: Connection, table: Table, limit: int) -> list[dict[str, Any]]:
+    return [dict(r._mapping) for r in conn.execute(
+        select(table).where(table.c.synced == 0).limit(limit))]
+
+
+def mark_synced(conn: Connection, table: Table, key_names: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> None:
+    """Mark rows synced unless a tick changed them since they were read."""
+    for row in rows:
+        conds = [table.c[k] == row[k] for k in key_names]
+        conn.execute(update(table).where(and_(*conds, table.c.samples == row["samples"])).values(synced=1))
+
+
+# ------------------------------------------------------------------ central side
+
+def _lock_nodes(conn: Connection, nodes: Iterable[tuple[str, str]]) -> None:
+    """Serialise rollup writers of the same node (two flushers of one spool).
+
+    Postgres: an advisory lock per (cluster, node), taken in sorted order.
+    SQLite: a write first, so this transaction holds the write lock before it
+    reads the rows it replaces."""
+    if conn.dialect.name == "postgresql":
+        for cluster, node in sorted(set(nodes)):
+            key = zlib.crc32(f"{cluster}/{node}".encode()) & 0x7FFFFFFF
+            conn.execute(text("SELECT pg_advisory_xact_lock(:c, :k)"), {"c": _NODE_LOCK, "k": key})
+    else:
+        set_meta(conn, "telemetry.rollups.writer", "1")
+
+
+def apply_rollups(conn: Connection, gpu_rows: Sequence[Mapping[str, Any]],
+                  node_rows: Sequence[Mapping[str, Any]]) -> int:
+    """Replace these rollup rows and move ``cluster_hourly`` by the difference.
+
+    Rows are dicts with every column of their table (as :func:`unsynced`
+    returns them). Returns how many rows were written."""
+    if not gpu_rows and not node_rows:
+        return 0
+    _lock_nodes(conn, [(r["cluster"], r["node"]) for r in (*gpu_rows, *node_rows)])
+    deltas: dict[tuple[str, float, str], list] = {}
+    for (table, key_names, specs), rows in zip(_KINDS, (gpu_rows, node_rows), strict=True):
+        if not rows:
+            continue
+        new = {tuple(r[k] for k in key_names): RollupRow.from_row(r, key_names, specs) for r in rows}
+        old = _existing(conn, table, key_names, specs, list(new))
+        for key, row in new.items():
+            before = old.get(key)
+            cluster, hour = row.key[0], row.key[key_names.index("hour_ts")]
+            for spec in specs:
+                cell = deltas.setdefault((cluster, hour, spec.name), [Hist(spec), 0])
+                cell[0].merge(row.metrics[spec.name])
+                cell[1] += row.samples
+                if before is not None:
+                    cell[0].merge(before.metrics[spec.name], sign=-1)
+                    cell[1] -= before.samples
+        _write(conn, table, key_names, new.values(), synced=1)
+    _add_to_cluster(conn, deltas)
+    return len(gpu_rows) + len(node_rows)
+
+
+def _add_to_cluster(conn: Connection, deltas: Mapping[tuple[str, float, str], list]) -> None:
+    keys = sorted(k for k, (hist, samples) in deltas.items() if hist.n or samples or hist.total)
+    if not keys:
+        return
+    c = cluster_hourly.c
+    empty = [{"cluster": k[0], "hour_ts": k[1], "metric": k[2], "n": 0, "sum": 0.0, "hist": b"", "samples": 0}
+             for k in keys]
+    for i in range(0, len(empty), 500):
+        upsert(conn, cluster_hourly, empty[i:i + 500], ["cluster", "hour_ts", "metric"], update=())
+    rows = []
+    for i in range(0, len(keys), 400):
+        q = select(cluster_hourly).where(tuple_(c.cluster, c.hour_ts, c.metric).in_(keys[i:i + 400]))
+        if conn.dialect.name == "postgresql":
+            q = q.order_by(c.cluster, c.hour_ts, c.metric).with_for_update()
+        for r in conn.execute(q):
+            m = r._mapping
+            hist, samples = deltas[(m["cluster"], m["hour_ts"], m["metric"])]
+            counts = decode(m["hist"], hist.spec.bins) + hist.counts
+            rows.append({"cluster": m["cluster"], "hour_ts": m["hour_ts"], "metric": m["metric"],
+                         "n": int(m["n"]) + hist.n, "sum": float(m["sum"]) + hist.total,
+                         "hist": encode(counts), "samples": int(m["samples"]) + samples})
+    for i in range(0, len(rows), 500):
+        upsert(conn, cluster_hourly, rows[i:i + 500], ["cluster", "hour_ts", "metric"])
+
+
+def _sample_span(conn: Connection, cluster: str | None) -> tuple[float, float] | None:
+    spans = []
+    for table in (gpu_samples, node_samples):
+        q = select(func.min(table.c.ts), func.max(table.c.ts))
+        if cluster is not None:
+            q = q.where(table.c.cluster == cluster)
+        lo, hi = conn.execute(q).one()
+        if lo is not None:
+            spans.append((float(lo), float(hi)))
+    if not spans:
+        return None
+    return min(s[0] for s in spans), max(s[1] for s in spans)
+
+
+def rebuild_window(conn: Connection, start: float, end: float, cluster: str | None = None) -> int:
+    """Rebuild the rollups of the hours in ``[start, end)`` (hour-aligned) from raw samples."""
+    g, n = gpu_samples.c, node_samples.c
+    gconds = [g.ts >= start, g.ts < end] + ([g.cluster == cluster] if cluster else [])
+    nconds = [n.ts >= start, n.ts < end] + ([n.cluster == cluster] if cluster else [])
+    grows = [dict(r._mapping) for r in conn.execute(select(gpu_samples).where(and_(*gconds)))]
+    nrows = [dict(r._mapping) for r in conn.execute(select(node_samples).where(and_(*nconds)))]
+    gpu = [r.columns(GPU_KEY) for r in gpu_rollups(grows).values()]
+    node = [r.columns(NODE_KEY) for r in node_rollups(nrows, grows).values()]
+    return apply_rollups(conn, gpu, node)
+
+
+def rebuild_windows(conn: Connection, *, cluster: str | None = None, since: float | None = None,
+                    until: float | None = None, window_s: float = 6 * 3600.0) -> list[tuple[float, float]]:
+    """Hour-aligned windows covering the raw samples held (within ``[since, until)``)."""
+    span = _sample_span(conn, cluster)
+    if span is None:
+        return []
+    lo = hour_of(span[0] if since is None else max(span[0], since))
+    hi = span[1] if until is None else min(span[1], until - 1e-6)
+    out, start = [], lo
+    while start <= hi:
+        out.append((start, start + window_s))
+        start += window_s
+    return out
+
+
+def rebuild_from_samples(store: Any, *, cluster: str | None = None, since: float | None = None,
+                         until: float | None = None, window_s: float = 6 * 3600.0) -> int:
+    """(Re)build the rollups of every hour that raw samples exist for, from
+    those samples; one transaction per window of hours. Hours without raw
+    samples keep their rollups. Returns how many rollup rows were written."""
+    with store.engine.connect() as conn:
+        windows = rebuild_windows(conn, cluster=cluster, since=since, until=until, window_s=window_s)
+    written = 0
+    for start, end in windows:
+        with store.engine.begin() as conn:
+            written += rebuild_window(conn, start, end, cluster)
+    return written
+
+
+# ------------------------------------------------------------------ report side
+
+@dataclass(frozen=True)
+class RolledTelemetry:
+    """What the utilisation and power sections need, read off the rollups:
+    one merged distribution per metric, sample counts, and per GPU server
+    the mean total GPU draw and the mean server draw."""
+
+    gpu_samples: int
+    node_samples: int
+    distributions: dict[str, Distribution]
+    server_gpu_w: dict[tuple[str, str], float]
+    server_node_w: dict[tuple[str, str], float]
+
+
+def _hour_conds(table: Table, cluster: str | None, since: float | None, until: float | None) -> list[Any]:
+    conds = []
+    if cluster is not None:
+        conds.append(table.c.cluster == cluster)
+    if since is not None:
+        conds.append(table.c.hour_ts >= since)
+    if until is not None:
+        conds.append(table.c.hour_ts < until)
+    return conds
+
+
+def cluster_telemetry(conn: Connection, cluster: str | None, since: float | None,
+                      until: float | None) -> RolledTelemetry:
+    """Whole-cluster figures of the hours starting in ``[since, until)``."""
+    c = cluster_hourly.c
+    parts: dict[str, list] = defaultdict(list)
+    samples: dict[str, int] = defaultdict(int)
+    for metric, n, total, blob, count in conn.execute(
+            select(c.metric, c.n, c.sum, c.hist, c.samples)
+            .where(and_(true(), *_hour_conds(cluster_hourly, cluster, since, until)))):
+        parts[metric].append((n, total, blob))
+        samples[metric] += int(count or 0)
+    dists = {name: merged(spec, parts.get(name, ())) for name, spec in METRICS.items()}
+    gpu_w, node_w = _server_power(conn, cluster, since, until)
+    return RolledTelemetry(samples["util"], samples["cpu"], dists, gpu_w, node_w)
+
+
+def _server_power(conn: Connection, cluster: str | None, since: float | None,
+                  until: float | None) -> tuple[dict, dict]:
+    nh = node_hourly.c
+    q = (select(nh.cluster, nh.node, func.sum(nh.gpu_power_sum), func.sum(nh.gpu_power_ticks),
+                func.sum(nh.node_power_sum), func.sum(nh.node_power_n))
+         .where(and_(true(), *_hour_conds(node_hourly, cluster, since, until)))
+         .group_by(nh.cluster, nh.node))
+    gpu_w, node_w = {}, {}
+    for cl, node, gsum, ticks, nsum, nn in conn.execute(q):
+        if ticks:
+            gpu_w[(cl, node)] = float(gsum) / int(ticks)
+        if nn:
+            node_w[(cl, node)] = float(nsum) / int(nn)
+    return gpu_w, node_w
+
+
+def jobs_telemetry(conn: Connection, selected: Table, cluster: str | None, since: float | None,
+                   until: float | None) -> RolledTelemetry:
+    """GPU figures of the selected jobs' GPU-hours (node figures need the
+    whole cluster: a node is shared, so they are empty here)."""
+    gh = gpu_hourly.c
+    s = selected.c
+    cols = [gh.samples] + [gh[f"{m.name}_{part}"] for m in GPU_METRICS for part in ("n", "sum", "hist")]
+    q = select(*cols).where(and_(
+        *_hour_conds(gpu_hourly, cluster, since, until),
+        tuple_(gh.cluster, gh.job_id).in_(select(s.cluster, s.job_id))))
+    parts: dict[str, list] = defaultdict(list)
+    total = 0
+    for r in conn.execute(q):
+        m = r._mapping
+        total += int(m["samples"] or 0)
+        for spec in GPU_METRICS:
+            parts[spec.name].append((m[f"{spec.name}_n"], m[f"{spec.name}_sum"], m[f"{spec.name}_hist"]))
+    dists = {name: merged(spec, parts.get(name, ())) for name, spec in METRICS.items()}
+    return RolledTelemetry(total, 0, dists, {}, {})
