@@ -13,7 +13,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 #: Line styles per source, so the site stands out and Acme's clusters stay apart.
-_STYLE = {"site": {"color": "black", "linewidth": 2.4},
+_STYLE: dict[str, dict[str, Any]] = {"site": {"color": "black", "linewidth": 2.4},
           "Seren": {"color": "tab:blue", "linewidth": 1.2},
           "Kalos": {"color": "tab:orange", "linewidth": 1.2},
           "Philly": {"color": "tab:green", "linewidth": 1.2, "linestyle": "--"}}

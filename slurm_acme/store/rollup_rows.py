@@ -67,7 +67,7 @@ def _existing(conn: Connection, table: Table, key_names: Sequence[str], specs: S
     for i in range(0, len(keys), 400):
         chunk = keys[i:i + 400]
         for r in conn.execute(select(table).where(_key_cond(table, key_names, chunk))):
-            row = RollupRow.from_row(r._mapping, key_names, specs)
+            row = RollupRow.from_row(dict(r._mapping), key_names, specs)
             out[row.key] = row
     return out
 

@@ -265,7 +265,7 @@ def summarise(shares: Sequence[Mapping[str, Any]], min_coverage: float) -> dict[
     """Combine per-node shares into the job's summary (exact means from sums and counts)."""
     first = shares[0]
     ended = [s for s in shares if s.get("end_ts") is not None]
-    flags = set()
+    flags: set[str] = set()
     for s in shares:
         flags.update(f for f in (s.get("flags") or "").split(",") if f)
     if len(ended) < len(shares):
@@ -358,10 +358,10 @@ def copy_all(spool: Store, target: Store, *, batch: int, min_coverage: float) ->
                            else FlushResult(node_rows=len(rows)))
     for table in (gpu_hourly, node_hourly):
         with spool.engine.connect() as sconn:
-            rows = [dict(r._mapping) for r in sconn.execute(select(table))]
-        for i in range(0, len(rows), 500):
+            rollups = [dict(r._mapping) for r in sconn.execute(select(table))]
+        for i in range(0, len(rollups), 500):
             with target.engine.begin() as tconn:
-                chunk = rows[i:i + 500]
+                chunk = rollups[i:i + 500]
                 rollup_rows.apply_rollups(tconn, chunk if table is gpu_hourly else [],
                                           chunk if table is node_hourly else [])
     with spool.engine.connect() as sconn:
