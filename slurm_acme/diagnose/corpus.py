@@ -17,6 +17,10 @@ from pathlib import Path
 from slurm_acme.diagnose.model import ORIGINS
 from slurm_acme.errors import InputError
 
+#: How a case may be used: rules are written from ``tune`` cases; ``holdout``
+#: cases are only ever scored (see :func:`slurm_acme.diagnose.evaluation.holdout`).
+SPLITS = ("tune", "holdout")
+
 
 @dataclass(frozen=True)
 class LabelledCase:
@@ -25,6 +29,18 @@ class LabelledCase:
     origin: str
     text: str
     source: str = ""
+    #: ``tune`` (rules may be written from it) or ``holdout`` (kept for measuring only).
+    split: str = "tune"
+    #: The node the log implicates, when it names one (for culprit checks).
+    node: str | None = None
+
+    @property
+    def source_url(self) -> str | None:
+        """The public thread the excerpt comes from (``owner/repo#N`` is a GitHub issue or PR)."""
+        owner_repo, _, number = self.source.partition("#")
+        if owner_repo.count("/") == 1 and number.isdigit():
+            return f"https://github.com/{owner_repo}/issues/{number}"
+        return self.source or None
 
     @property
     def digest(self) -> str:
@@ -71,7 +87,11 @@ def _parse_case(line: str, where: str) -> LabelledCase:
             raise InputError(f"{where}: missing field {key!r}")
     if data["origin"] not in ORIGINS:
         raise InputError(f"{where}: origin {data['origin']!r} is not one of {', '.join(ORIGINS)}")
+    split = str(data.get("split") or "tune")
+    if split not in SPLITS:
+        raise InputError(f"{where}: split {split!r} is not one of {', '.join(SPLITS)}")
     return LabelledCase(
         id=str(data.get("id") or where), category=data["category"], origin=data["origin"],
-        text=data["log"], source=str(data.get("source") or ""),
+        text=data["log"], source=str(data.get("source") or ""), split=split,
+        node=str(data["node"]) if data.get("node") else None,
     )

@@ -119,3 +119,60 @@ def evaluate(
             mistakes.append((case, final))
     return CorpusReport(rules=rules, rules_then_retrieval=combined, retrieval_only=retrieval, mistakes=mistakes,
                         prefilter_misses=prefilter_misses(cases, rulebook))
+
+
+@dataclass
+class HoldoutReport:
+    """Accuracy on the cases no rule was written from, retrieval seeing only the tune split."""
+
+    tune_cases: int
+    score: Score
+    #: (case id, node) where the diagnosis would exclude a node the log does not implicate.
+    wrong_nodes: list[tuple[str, str]] = field(default_factory=list)
+    mistakes: list[tuple[LabelledCase, Diagnosis]] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        data = self.score.to_dict()
+        return {
+            "tune_cases": self.tune_cases,
+            "holdout_cases": data["cases"],
+            "category_accuracy": data["category_accuracy"],
+            "origin_accuracy": data["origin_accuracy"],
+            "unknown_rate": round(self.score.unknown / self.score.total, 4) if self.score.total else 0.0,
+            "wrong_node_exclusions": [{"case": c, "node": n} for c, n in self.wrong_nodes],
+            "confusions": data["confusions"],
+        }
+
+
+def wrong_exclusion(case: LabelledCase, verdict: Diagnosis) -> str | None:
+    """The node ``verdict`` would exclude although ``case`` does not implicate it."""
+    if verdict.action == "requeue_exclude_node" and verdict.node and verdict.node != case.node:
+        return verdict.node
+    return None
+
+
+def holdout(
+    cases: Sequence[LabelledCase],
+    rulebook: RuleBook,
+    *,
+    index: CaseIndex | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+) -> HoldoutReport:
+    """Score rules then retrieval on the ``holdout`` cases; the index holds ``tune`` cases only."""
+    tune = [c for c in cases if c.split == "tune"]
+    index = index if index is not None else CaseIndex(tune)
+    score = Score()
+    report = HoldoutReport(tune_cases=len(tune), score=score)
+    for case in (c for c in cases if c.split == "holdout"):
+        diagnoser = StreamingDiagnoser(rulebook)
+        feed_lines(diagnoser, case.text.splitlines())
+        verdict = diagnoser.rule_result()
+        if verdict.is_unknown:
+            verdict = index.propose(query_text(diagnoser), threshold=threshold, rulebook=rulebook)
+        score.add(case, verdict)
+        node = wrong_exclusion(case, verdict)
+        if node is not None:
+            report.wrong_nodes.append((case.id, node))
+        if verdict.category != case.category or verdict.origin != case.origin:
+            report.mistakes.append((case, verdict))
+    return report

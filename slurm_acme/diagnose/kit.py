@@ -35,7 +35,7 @@ def seed_cases(store: Store) -> list[LabelledCase]:
 
     corpus = load_corpus()
     if db.count_cases(store) < len(corpus):
-        db.add_cases(store, [(c.text, c.category, c.origin, c.source or "corpus") for c in corpus])
+        db.add_cases(store, [(c.text, c.category, c.origin, (c.source or "corpus")[:64]) for c in corpus])
     return [
         LabelledCase(id=f"case-{r.id}", category=r.category, origin=r.origin, text=r.text, source=r.source or "")
         for r in db.load_cases(store)

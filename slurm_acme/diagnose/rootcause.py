@@ -114,13 +114,14 @@ def time_order(pool: Sequence[FailureEvent]) -> Callable[[FailureEvent], tuple[f
 
 def _refined(first: FailureEvent, pool: Sequence[FailureEvent], book: RuleBook) -> FailureEvent:
     """A generic wrapper ("NCCL error in: ...") named more precisely by the
-    detail lines its rank printed right after it ("Last error: ... NVLink")."""
+    detail lines its rank printed right after it ("Last error: ... NVLink"):
+    the most specific rule (earliest in the book) among them wins."""
     if not book.rules[first.rule_index].generic:
         return first
     details = [
         e for e in pool
         if first.seq < e.seq <= first.seq + INCIDENT_WINDOW and _same_stream(first, e)
-        and not book.rules[e.rule_index].generic
+        and e.rule_index < first.rule_index
         and (e.stamp is None or first.stamp is None or e.stamp.same_moment(first.stamp))
     ]
     return min(details, key=lambda e: (e.rule_index, e.seq)) if details else first
