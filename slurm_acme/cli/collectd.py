@@ -182,14 +182,17 @@ def job(ctx: click.Context, cluster: str | None, as_json: bool, job_id: str) -> 
 @click.option("--dry-run", is_flag=True, help="Only say what would be deleted.")
 @click.pass_context
 def prune(ctx: click.Context, dry_run: bool) -> None:
-    """Delete raw samples older than telemetry.raw_retention_days (summaries and rollups stay)."""
+    """Delete raw samples of the days before telemetry.raw_retention_days
+    (whole day partitions on Postgres; rollups and summaries stay)."""
     from slurm_acme.store import telemetry as tstore
 
     app: AppContext = ctx.obj
-    days = app.config.telemetry.raw_retention_days
-    before = time.time() - days * 86400
+    t = app.config.telemetry
+    before = time.time() - t.raw_retention_days * 86400
     if dry_run:
-        click.echo(f"would delete GPU and node samples older than {days} days (ts < {before:.0f})")
+        click.echo(f"would delete GPU and node samples of the days before {t.raw_retention_days:g} days "
+                   f"ago (ts < {before:.0f}, rounded down to a UTC day)")
         return
-    removed = tstore.prune_samples(app.store(), before)
-    click.echo(f"deleted {removed} samples older than {days} days")
+    result = tstore.prune_raw(app.store(), before, batch=t.prune_batch)
+    click.echo(f"deleted {result.rows} samples ({result.partitions} day partitions) before "
+               f"{result.before_ts:.0f}; hourly rollups and job summaries kept")

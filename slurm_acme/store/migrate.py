@@ -47,9 +47,16 @@ def _hourly_rollups(conn: Connection) -> None:
         rebuild_window(conn, start, end)
 
 
+def _day_partitions(conn: Connection) -> None:
+    from slurm_acme.store.partitions import partition_raw_tables
+
+    partition_raw_tables(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _create_initial),
     Migration(2, "hourly telemetry rollups", _hourly_rollups),
+    Migration(3, "raw telemetry samples in day partitions (Postgres)", _day_partitions),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, case, delete, func, select, text, update
 
-from slurm_acme.store import rollup_rows
+from slurm_acme.store import partitions, rollup_rows
 from slurm_acme.store.engine import Store, store_door
 from slurm_acme.store.rollups import GPU_KEY as GPU_HOUR_KEY
 from slurm_acme.store.rollups import NODE_KEY as NODE_HOUR_KEY
@@ -173,6 +173,9 @@ def insert_ignore(conn: Connection, table, rows: Sequence[Mapping[str, Any]],  #
         upsert(conn, table, rows, key, update=())
         return
     columns = list(rows[0])
+    if "ts" in columns and is_partitioned_table(conn, table.name):
+        stamps = [float(r["ts"]) for r in rows]
+        partitions.ensure_days(conn, table.name, min(stamps), max(stamps))
     names = ", ".join(f'"{c}"' for c in columns)
     staging = f"acme_stage_{table.name}"
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
@@ -327,14 +330,45 @@ def prune_flushed(spool: Store, before_ts: float) -> int:
     return removed
 
 
+_partitioned: dict[tuple[str, str], bool] = {}
+
+
+def is_partitioned_table(conn: Connection, table: str) -> bool:
+    """Whether ``table`` is day-partitioned here (asked once per database)."""
+    key = (str(conn.engine.url), table)
+    if key not in _partitioned:
+        _partitioned[key] = conn.dialect.name == "postgresql" and partitions.is_partitioned(conn, table)
+    return _partitioned[key]
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    rows: int = 0
+    partitions: int = 0
+    before_ts: float = 0.0
+
+
 @store_door
+def prune_raw(store: Store, before_ts: float, *, batch: int = 20000,
+              max_batches: int | None = None) -> PruneResult:
+    """Retention of raw samples: everything of the UTC days wholly before
+    ``before_ts`` goes (rollups, summaries and job rows stay). Postgres drops
+    whole day partitions; SQLite deletes ``batch`` rows per transaction, at
+    most ``max_batches`` per table (None: until done), so a flush never waits
+    for more than one batch."""
+    cut = partitions.day_of(before_ts)
+    with store.engine.connect() as conn:
+        partitioned = is_partitioned_table(conn, gpu_samples.name)
+    if partitioned:
+        dropped, rows = partitions.drop_old_partitions(store.engine, cut)
+        return PruneResult(rows, dropped, cut)
+    return PruneResult(partitions.delete_old_rows(store.engine, cut, batch=batch, max_batches=max_batches),
+                       0, cut)
+
+
 def prune_samples(store: Store, before_ts: float) -> int:
-    """``telemetry.raw_retention_days``: raw samples go, summaries and job rows stay."""
-    removed = 0
-    with store.engine.begin() as conn:
-        for table in (gpu_samples, node_samples):
-            removed += conn.execute(delete(table).where(table.c.ts < before_ts)).rowcount or 0
-    return removed
+    """Every raw sample of the days before ``before_ts``; how many went."""
+    return prune_raw(store, before_ts).rows
 
 
 @store_door
@@ -389,17 +423,20 @@ def job_rows(store: Store, cluster: str, job_id: str) -> dict[str, list[dict[str
     with store.engine.connect() as conn:
         nodes = [dict(r._mapping) for r in conn.execute(
             select(job_nodes).where(and_(jn.cluster == cluster, jn.job_id == job_id)))]
-        gpus = [dict(r._mapping) for r in conn.execute(
-            select(gpu_samples).where(and_(g.cluster == cluster, g.job_id == job_id))
-            .order_by(g.node, g.ts, g.gpu_index))]
+        gpus: list[dict[str, Any]] = []
         samples: list[dict[str, Any]] = []
-        for row in nodes:
+        for row in nodes:  # by (cluster, node, ts): the unique key, the only index raw samples keep
             if row["start_ts"] is None:
                 continue
             end = row["end_ts"] if row["end_ts"] is not None else float("inf")
+            gpus += [dict(r._mapping) for r in conn.execute(
+                select(gpu_samples).where(and_(g.cluster == cluster, g.node == row["node"],
+                                               g.ts >= row["start_ts"], g.ts <= end, g.job_id == job_id))
+                .order_by(g.ts, g.gpu_index))]
             samples += [dict(r._mapping) for r in conn.execute(
                 select(node_samples).where(and_(n.cluster == cluster, n.node == row["node"],
                                                 n.ts >= row["start_ts"], n.ts <= end)))]
+        gpus.sort(key=lambda r: (r["node"], r["ts"], r["gpu_index"]))
     return {"job_nodes": nodes, "gpu_samples": gpus, "node_samples": samples}
 
 

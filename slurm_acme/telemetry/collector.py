@@ -27,6 +27,8 @@ from slurm_acme.telemetry.summary import node_share
 
 log = logging.getLogger("acme.collectd")
 MARK_POLL_S = 1.0
+#: How often a collector runs one step of raw-sample retention after a flush.
+PRUNE_EVERY_S = 600.0
 NVIDIA_DRIVER = "/proc/driver/nvidia"
 
 
@@ -47,6 +49,7 @@ class Collector:
         self.uuids: dict[int, str] = {}
         self.flush_due = False
         self.next_flush = 0.0
+        self.next_prune = 0.0
         self.stop_event = threading.Event()
 
     # -------------------------------------------------------------- lifecycle
@@ -236,6 +239,20 @@ class Collector:
             tstore.prune_flushed(self.spool, now - keep)
         return result
 
+    def retention(self, now: float) -> None:
+        """After a flush, at most every ``PRUNE_EVERY_S``: one bounded step of
+        raw-sample retention in the central store (a day partition dropped on
+        Postgres, one batch per table on SQLite). Its failure costs a warning."""
+        if now < self.next_prune or self.central is None:
+            return
+        self.next_prune = now + PRUNE_EVERY_S
+        t = self.settings.telemetry
+        try:
+            tstore.prune_raw(self.central, now - t.raw_retention_days * 86400,
+                             batch=t.prune_batch, max_batches=1)
+        except AcmeError as exc:
+            self.say_once("prune", "%s: raw-sample retention failed (will retry): %s", self.settings.node, exc)
+
     def flush(self) -> tstore.FlushResult | None:
         """Push the spool to the central store; None (and rows kept) when it is down."""
         assert self.spool is not None
@@ -254,6 +271,7 @@ class Collector:
                 self.central.dispose()
                 self.central = None
             return None
+        self.retention(self.clock())
         # Hold no connection between flushes: hundreds of nodes must not pin
         # hundreds of idle Postgres backends (the engine reconnects on use).
         self.central.dispose()

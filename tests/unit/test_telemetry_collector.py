@@ -322,7 +322,7 @@ def test_retention_prunes_raw_samples_but_keeps_summaries(tmp_path, store):
     c = make_collector(settings(tmp_path, store.url), clock, store)
     run_job(c, clock, "91", ticks=2)
     c.flush()
-    assert tstore.prune_samples(store, clock.now + 1) == 2 + 8
+    assert tstore.prune_samples(store, clock.now + 86400) == 2 + 8  # whole days before the cut
     counts = tstore.count_rows(store)
     assert counts["gpu_samples"] == 0 and counts["job_summaries"] == 1
 
