@@ -155,6 +155,12 @@ class EvaluateConfig(_Section):
     allow_unsandboxed_code: bool = False
 
 
+class FilesConfig(_Section):
+    #: Unix group given read access to the store, run and evaluation folders slurm-acme
+    #: creates (0640 files, 2750 folders); empty keeps them private (0600 / 0700).
+    group: str = ""
+
+
 class AcmeConfig(_Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
@@ -163,6 +169,7 @@ class AcmeConfig(_Section):
     report: ReportConfig = Field(default_factory=ReportConfig)
     diagnosis: DiagnosisConfig = Field(default_factory=DiagnosisConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    files: FilesConfig = Field(default_factory=FilesConfig)
     #: Where this config was read from (None for built-in defaults).
     source: str | None = None
 

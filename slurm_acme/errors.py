@@ -24,7 +24,7 @@ class ConfigError(InputError):
     """``acme.toml`` (or another config file) is malformed or invalid."""
 
 
-class AccessDenied(AcmeError):
+class AccessDenied(InputError):
     """Another user's job, run or evaluation, asked for by someone who is no admin."""
 
 

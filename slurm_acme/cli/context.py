@@ -28,9 +28,11 @@ class AppContext:
     @property
     def config(self) -> AcmeConfig:
         if self._config is None:
+            from slurm_acme.access import warn_ignored_grants
             from slurm_acme.config import load_config
 
             self._config = load_config(self.config_path)
+            warn_ignored_grants(self._config)
         return self._config
 
     @property
@@ -39,11 +41,15 @@ class AppContext:
 
         return resolve_url(self.db_url, self.config.store.url)
 
-    def store(self) -> Store:
+    def store(self, *, readonly: bool = False) -> Store:
+        """The store; ``readonly`` for commands that only read: they never create one
+        (a mistyped ``--db`` is an error, not a new empty store) and can read a
+        store they may not write."""
         if self._store is None:
             from slurm_acme.store import open_store
 
-            self._store = open_store(self.store_url)
+            self._store = open_store(self.store_url, readonly=readonly,
+                                     group=self.config.files.group or None)
         return self._store
 
 

@@ -35,13 +35,13 @@ def report(app: AppContext, month: str | None, since: str | None, until: str | N
     figures use jobs with gpus > 0; TIMEOUT, NODE_FAIL, OUT_OF_MEMORY,
     BOOT_FAIL and DEADLINE count as failed. Percentiles are nearest rank:
     the ceil(p*n/100)-th smallest value. Shares are fractions 0..1.
-    Users outside report.admin_group (acme.toml) see only their own jobs.
+    Users outside report.admin_group (system acme.toml only) see only their own jobs.
 
     Exit 0 (also for an empty period, which the report says), 2 for a bad
     month, an unknown cluster or type, or an unwritable --out.
     """
+    from slurm_acme.access import current_viewer, visible_user
     from slurm_acme.report import output, render
-    from slurm_acme.report.access import current_viewer, visible_user
     from slurm_acme.report.compute import build_report, canonical_type, check_cluster
     from slurm_acme.report.period import resolve_period
     from slurm_acme.store.report import JobFilter
@@ -51,8 +51,8 @@ def report(app: AppContext, month: str | None, since: str | None, until: str | N
     out_path = output.check_out_file(out) if out else None
     plots_dir = output.check_plots_dir(plots) if plots else None
     config = app.config.report
-    user = visible_user(current_viewer(), config.admin_group, user)
-    store = app.store()
+    user = visible_user(current_viewer(), user)  # admin group: system config only
+    store = app.store(readonly=True)
     if cluster is not None:
         check_cluster(store, cluster)
     flt = JobFilter(period.since_ts, period.until_ts, cluster, user, wtype)

@@ -127,6 +127,10 @@ def run(app: AppContext, checkpoint: str, datasets_spec: str, node_count: int, n
             _print_plan(prepared, nodes)
             click.echo(prepared.jobs.render())
         return
+    if any(ds.kind == "code" for ds in prepared.spec.datasets.values()):
+        from slurm_acme.evaluate.sandbox import require_sandbox
+
+        require_sandbox()  # refuse now, not in the scoring job, where OS isolation is missing
     ids = service.submit(prepared, slurm, store, app.config.cluster.name)
     if as_json:
         click.echo(json.dumps({"eval_id": prepared.spec.eval_id, "mode": mode, "job_ids": ids}))
@@ -166,11 +170,13 @@ def _print_plan(prepared, nodes: list[str]) -> None:  # type: ignore[no-untyped-
 @pass_app
 def status(app: AppContext, eval_id: str | None, as_json: bool) -> None:
     """Recent evaluations, or one evaluation's jobs with their Slurm states."""
+    from slurm_acme.access import check_owner, current_viewer, is_admin
     from slurm_acme.store import evaluate as store_eval
 
-    store = app.store()
+    store = app.store(readonly=True)
+    viewer = current_viewer()
     if eval_id is None:
-        runs = store_eval.list_runs(store)
+        runs = store_eval.list_runs(store, user=None if is_admin(viewer) else viewer.name)
         if as_json:
             click.echo(json.dumps([{"eval_id": r.eval_id, "checkpoint": r.checkpoint, "state": r.state,
                                     "created_ts": r.created_ts} for r in runs]))
@@ -180,6 +186,7 @@ def status(app: AppContext, eval_id: str | None, as_json: bool) -> None:
     run_ = store_eval.get_run(store, eval_id)
     if run_ is None:
         raise InputError(f"no evaluation {eval_id!r} in the store")
+    check_owner(viewer, run_.user, f"evaluation {eval_id}")
     from slurm_acme.slurm.client import default_client
 
     queue = {j.array_job_id or j.job_id: j.state.value for j in default_client().squeue(run_.job_ids.values())}
@@ -218,13 +225,16 @@ def results(app: AppContext, checkpoint: str, as_json: bool) -> None:
     """The results of the latest evaluation of CHECKPOINT (a path or an eval id)."""
     from pathlib import Path
 
+    from slurm_acme.access import check_owner, current_viewer, is_admin
     from slurm_acme.store import evaluate as store_eval
 
-    store = app.store()
+    store = app.store(readonly=True)
+    viewer = current_viewer()
     run_ = store_eval.get_run(store, checkpoint) or store_eval.latest_run_for(
-        store, str(Path(checkpoint).expanduser().resolve()))
+        store, str(Path(checkpoint).expanduser().resolve()), user=None if is_admin(viewer) else viewer.name)
     if run_ is None:
         raise InputError(f"no evaluation of {checkpoint!r} in the store")
+    check_owner(viewer, run_.user, f"evaluation {run_.eval_id}")
     rows = store_eval.results(store, run_.eval_id)
     if as_json:
         click.echo(json.dumps({"eval_id": run_.eval_id, "state": run_.state, "checkpoint": run_.checkpoint,
@@ -241,13 +251,15 @@ def results(app: AppContext, checkpoint: str, as_json: bool) -> None:
 @pass_app
 def cancel(app: AppContext, eval_id: str) -> None:
     """Cancel every job of an evaluation."""
+    from slurm_acme.access import check_owner, current_viewer
     from slurm_acme.slurm.client import default_client
     from slurm_acme.store import evaluate as store_eval
 
-    store = app.store()
+    store = app.store(readonly=True)  # writable when this user may write it; never created
     run_ = store_eval.get_run(store, eval_id)
     if run_ is None:
         raise InputError(f"no evaluation {eval_id!r} in the store")
+    check_owner(current_viewer(), run_.user, f"evaluation {eval_id}")
     slurm = default_client(app.config.slurm.command_timeout_s)
     slurm.scancel(list(run_.job_ids.values()))
     store_eval.set_run_state(store, eval_id, "CANCELLED", finished=True)

@@ -40,7 +40,8 @@ def submit(app: AppContext, train_yaml: str, dry_run: bool, overrides: tuple[str
     from slurm_acme.slurm import Slurm
 
     job_id = submit_plan(plan, slurm=Slurm(timeout=app.config.slurm.command_timeout_s),
-                         store=app.store(), cluster=app.config.cluster.name)
+                         store=app.store(), cluster=app.config.cluster.name,
+                         group=app.config.files.group or None)
     if as_json:
         click.echo(json.dumps({"run_id": plan.run_id, "job_id": job_id}))
     else:
@@ -82,17 +83,23 @@ def supervise(app: AppContext, run_id: str) -> None:
 
 
 def _resolve(app: AppContext, ref: str | None):  # type: ignore[no-untyped-def]
+    """The run REF names (or the viewer's newest), refused when it is someone else's
+    and the viewer is no admin. Opens the store read-only: these commands only read."""
+    from slurm_acme.access import check_owner, current_viewer, is_admin
     from slurm_acme.store import runs as run_store
 
-    store = app.store()
+    store = app.store(readonly=True)
+    viewer = current_viewer()
+    own = None if is_admin(viewer) else viewer.name
     if ref is None:
-        latest = run_store.latest_runs(store, limit=1)
+        latest = run_store.latest_runs(store, limit=1, user=own)
         if not latest:
             raise InputError(f"no runs in the store {app.store_url}")
         return store, latest[0]
-    run = run_store.find_run(store, ref)
+    run = run_store.find_run(store, ref, user=own)
     if run is None:
         raise InputError(f"no run or job {ref!r} in the store {app.store_url}")
+    check_owner(viewer, run.user, f"run {run.run_id}")
     return store, run
 
 
@@ -164,3 +171,5 @@ def logs(app: AppContext, ref: str, raw: bool) -> None:
             click.echo(path.read_text(encoding="utf-8", errors="replace").rstrip("\n"))
         except FileNotFoundError:
             click.echo(f"(no log at {path})")
+        except OSError as exc:  # an admin-group member reading another user's private run folder
+            click.echo(f"(cannot read {path}: {exc.strerror})")

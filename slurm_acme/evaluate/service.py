@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from slurm_acme.access import current_viewer
 from slurm_acme.config import EvaluateConfig
 from slurm_acme.errors import InputError
 from slurm_acme.evaluate.planner import Plan, Resources, plan_evaluation
@@ -84,7 +85,7 @@ def submit(prepared: Prepared, slurm, store, cluster: str) -> dict[str, str]:  #
     store_eval.create_run(store, eval_id=prepared.spec.eval_id, checkpoint=prepared.spec.checkpoint,
                           model_size_b=prepared.spec.model_size_b, cluster=cluster,
                           plan=plan_summary(prepared.plan), job_ids=ids, run_dir=str(prepared.run_dir),
-                          mode=prepared.jobs.mode)
+                          mode=prepared.jobs.mode, user=current_viewer().name)
     return ids
 
 

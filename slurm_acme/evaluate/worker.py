@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_acme.evaluate.spec import RunSpec, read_spec
+from slurm_acme.files import make_private_dirs
 from slurm_acme.slurm.steps import StepRequest, start_step, step_argv
 
 COMPLETE_MARK = ".acme-preloaded"
@@ -40,7 +41,7 @@ def preload(spec: RunSpec, run_dir: Path, node: int) -> None:
     """Copy the checkpoint from (remote) storage to node-local memory, once per node."""
     began = time.time()
     target = spec.local_copy(node)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(target.parent, shared_parents=True)  # the checkpoint copy is the user's
     if not (target / COMPLETE_MARK).exists():
         tmp = target.with_name(f".{target.name}.{os.getpid()}")
         shutil.copytree(spec.checkpoint, tmp)
@@ -190,4 +191,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from slurm_acme.errors import AcmeError
+
+    try:
+        sys.exit(main())
+    except AcmeError as exc:  # e.g. no OS isolation for code scoring: one line, not a traceback
+        _log(f"error: {exc}")
+        sys.exit(exc.exit_code)

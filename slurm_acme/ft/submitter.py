@@ -1,19 +1,22 @@
 """Execute a :class:`SubmitPlan`: check it fits the cluster, record the run, sbatch it.
 
-Nothing is half-submitted: the store is written first and the run row is
-removed again if ``sbatch`` refuses, so a failed submit leaves no trace.
+Nothing is half-submitted: the folders and the run row are created first and
+removed again if anything after them fails (``sbatch`` refusing, the store, an
+interrupt), so a failed submit leaves no trace. The run folder is private
+(see :mod:`slurm_acme.files`).
 """
 
 from __future__ import annotations
 
-import getpass
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from slurm_acme.access import current_viewer
 from slurm_acme.errors import InputError
+from slurm_acme.files import make_private_dirs, remove_created
 from slurm_acme.ft.plan import SubmitPlan
-from slurm_acme.slurm import NodeInfo, Slurm, SlurmError
+from slurm_acme.slurm import NodeInfo, Slurm
 from slurm_acme.store import Store
 from slurm_acme.store import runs as run_store
 
@@ -33,18 +36,23 @@ def check_fits(plan: SubmitPlan, nodes: Sequence[NodeInfo]) -> None:
                          f"the cluster has {len(usable)}{extra}")
 
 
-def submit_plan(plan: SubmitPlan, *, slurm: Slurm, store: Store, cluster: str) -> str:
-    """Submit and record; return the Slurm job id."""
+def submit_plan(plan: SubmitPlan, *, slurm: Slurm, store: Store, cluster: str,
+                group: str | None = None) -> str:
+    """Submit and record; return the Slurm job id. ``group``: ``files.group``."""
     check_fits(plan, slurm.sinfo_nodes())
-    Path(plan.run_dir).mkdir(parents=True, exist_ok=True)
-    (Path(plan.workdir) / Path(plan.spec.checkpoint.dir).expanduser()).mkdir(parents=True, exist_ok=True)
-    run_store.create_run(store, run_id=plan.run_id, name=plan.spec.name, cluster=cluster,
-                         user=getpass.getuser(), spec=plan.spec.to_json(), workdir=plan.workdir,
-                         created_ts=time.time(), state="SUBMITTING")
+    created = make_private_dirs(plan.run_dir, group)
+    recorded = False
     try:
+        created += make_private_dirs(Path(plan.workdir) / Path(plan.spec.checkpoint.dir).expanduser(), group)
+        run_store.create_run(store, run_id=plan.run_id, name=plan.spec.name, cluster=cluster,
+                             user=current_viewer().name, spec=plan.spec.to_json(), workdir=plan.workdir,
+                             created_ts=time.time(), state="SUBMITTING")
+        recorded = True
         job_id = slurm.sbatch(plan.sbatch_options, plan.script)
-    except (SlurmError, OSError):
-        run_store.delete_run(store, plan.run_id)
+    except BaseException:
+        if recorded:
+            run_store.delete_run(store, plan.run_id)
+        remove_created(created)
         raise
     run_store.update_run(store, plan.run_id, state="PENDING", last_job_id=job_id)
     return job_id

@@ -27,6 +27,8 @@ class EvalRun:
     run_dir: str
     mode: str
     finished_ts: float | None
+    #: Who submitted it (None in stores older than schema 2).
+    user: str | None = None
 
 
 @dataclass(frozen=True)
@@ -40,10 +42,11 @@ class EvalResult:
 
 
 def create_run(store: Store, *, eval_id: str, checkpoint: str, model_size_b: float, cluster: str,
-               plan: Mapping[str, Any], job_ids: Mapping[str, str], run_dir: str, mode: str) -> None:
+               plan: Mapping[str, Any], job_ids: Mapping[str, str], run_dir: str, mode: str,
+               user: str | None = None) -> None:
     with store.engine.begin() as conn:
         conn.execute(eval_runs.insert().values(
-            eval_id=eval_id, checkpoint=checkpoint, model_size_b=model_size_b, cluster=cluster,
+            eval_id=eval_id, checkpoint=checkpoint, model_size_b=model_size_b, cluster=cluster, user=user,
             created_ts=time.time(), state="SUBMITTED", plan=json.dumps(plan), job_ids=json.dumps(dict(job_ids)),
             run_dir=run_dir, mode=mode))
 
@@ -58,7 +61,8 @@ def set_run_state(store: Store, eval_id: str, state: str, *, finished: bool = Fa
 
 def _run(row: Any) -> EvalRun:
     return EvalRun(row.eval_id, row.checkpoint, row.model_size_b or 0.0, row.created_ts, row.state,
-                   json.loads(row.job_ids or "{}"), row.run_dir or "", row.mode or "", row.finished_ts)
+                   json.loads(row.job_ids or "{}"), row.run_dir or "", row.mode or "", row.finished_ts,
+                   row.user)
 
 
 def get_run(store: Store, eval_id: str) -> EvalRun | None:
@@ -67,17 +71,24 @@ def get_run(store: Store, eval_id: str) -> EvalRun | None:
     return _run(row) if row else None
 
 
-def list_runs(store: Store, limit: int = 20) -> list[EvalRun]:
+def list_runs(store: Store, limit: int = 20, user: str | None = None) -> list[EvalRun]:
+    """The newest evaluations, of ``user`` only when given."""
+    query = select(eval_runs).order_by(eval_runs.c.created_ts.desc()).limit(limit)
+    if user is not None:
+        query = query.where(eval_runs.c.user == user)
     with store.engine.connect() as conn:
-        rows = conn.execute(select(eval_runs).order_by(eval_runs.c.created_ts.desc()).limit(limit)).all()
+        rows = conn.execute(query).all()
     return [_run(r) for r in rows]
 
 
-def latest_run_for(store: Store, checkpoint: str) -> EvalRun | None:
-    """The newest run of a checkpoint that has results (else the newest at all)."""
+def latest_run_for(store: Store, checkpoint: str, user: str | None = None) -> EvalRun | None:
+    """The newest run of a checkpoint that has results (else the newest at all); of
+    ``user``'s runs only when given."""
+    query = select(eval_runs).where(eval_runs.c.checkpoint == checkpoint)
+    if user is not None:
+        query = query.where(eval_runs.c.user == user)
     with store.engine.connect() as conn:
-        rows = conn.execute(select(eval_runs).where(eval_runs.c.checkpoint == checkpoint)
-                            .order_by(eval_runs.c.created_ts.desc())).all()
+        rows = conn.execute(query.order_by(eval_runs.c.created_ts.desc())).all()
         for row in rows:
             if conn.execute(select(eval_results.c.id).where(eval_results.c.eval_id == row.eval_id)).first():
                 return _run(row)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, select, text
+from sqlalchemy import Connection, inspect, select, text
 
 from slurm_acme.errors import StoreUnavailable
 from slurm_acme.store.engine import Store
@@ -53,10 +53,17 @@ def _day_partitions(conn: Connection) -> None:
     partition_raw_tables(conn)
 
 
+def _add_eval_runs_user(conn: Connection) -> None:
+    """Evaluations get an owner (stores made before it have none: admins only see those)."""
+    if "user" not in {c["name"] for c in inspect(conn).get_columns("eval_runs")}:
+        conn.execute(text('ALTER TABLE eval_runs ADD COLUMN "user" VARCHAR(64)'))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _create_initial),
     Migration(2, "hourly telemetry rollups", _hourly_rollups),
     Migration(3, "raw telemetry samples in day partitions (Postgres)", _day_partitions),
+    Migration(4, "eval_runs.user (owner of an evaluation)", _add_eval_runs_user),
 )
 
 LATEST = MIGRATIONS[-1].version
@@ -68,6 +75,12 @@ def current_version(conn: Connection) -> int:
         return 0
     row = conn.execute(select(meta.c.value).where(meta.c.key == VERSION_KEY)).first()
     return int(row[0]) if row else 0
+
+
+def schema_version(store: Store) -> int:
+    """The applied schema version of an open store (what ``sacme db info`` shows)."""
+    with store.engine.connect() as conn:
+        return current_version(conn)
 
 
 def _lock(conn: Connection) -> None:

@@ -106,8 +106,9 @@ def get_run(store: Store, run_id: str) -> RunRow | None:
     return _record(RunRow, row) if row else None
 
 
-def find_run(store: Store, ref: str) -> RunRow | None:
-    """A run by its id, by any Slurm job id it ran as, or by its name (newest)."""
+def find_run(store: Store, ref: str, user: str | None = None) -> RunRow | None:
+    """A run by its id, by any Slurm job id it ran as, or by its name (newest; of
+    ``user``'s runs only when given, so a name another user also chose is not theirs)."""
     run = get_run(store, ref)
     if run:
         return run
@@ -117,14 +118,20 @@ def find_run(store: Store, ref: str) -> RunRow | None:
             run_id = conn.execute(select(attempts.c.run_id).where(attempts.c.job_id == ref)
                                   .limit(1)).scalar()
         if run_id is None:
-            run_id = conn.execute(select(runs.c.run_id).where(runs.c.name == ref)
-                                  .order_by(runs.c.created_ts.desc()).limit(1)).scalar()
+            by_name = select(runs.c.run_id).where(runs.c.name == ref)
+            if user is not None:
+                by_name = by_name.where(runs.c.user == user)
+            run_id = conn.execute(by_name.order_by(runs.c.created_ts.desc()).limit(1)).scalar()
     return get_run(store, run_id) if run_id else None
 
 
-def latest_runs(store: Store, limit: int = 20) -> list[RunRow]:
+def latest_runs(store: Store, limit: int = 20, user: str | None = None) -> list[RunRow]:
+    """The newest runs, of ``user`` only when given."""
+    query = select(runs).order_by(runs.c.created_ts.desc()).limit(limit)
+    if user is not None:
+        query = query.where(runs.c.user == user)
     with store.engine.connect() as conn:
-        rows = conn.execute(select(runs).order_by(runs.c.created_ts.desc()).limit(limit)).all()
+        rows = conn.execute(query).all()
     return [_record(RunRow, r) for r in rows]
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from slurm_acme.errors import AcmeError, StoreError
+from slurm_acme.files import make_private_dirs
 from slurm_acme.slurm import Slurm
 from slurm_acme.store import Store, open_store
 from slurm_acme.store import telemetry as tstore
@@ -56,7 +57,7 @@ class Collector:
 
     def start(self) -> None:
         s = self.settings
-        s.marks_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(s.marks_dir)  # spools are root-only
         self.spool = open_store(s.spool_url)
         for sampler in self.samplers:
             reason = sampler.probe()

@@ -9,6 +9,7 @@ import os
 import signal
 from typing import IO
 
+from slurm_acme.files import make_private_dirs
 from slurm_acme.telemetry.collector import Collector
 from slurm_acme.telemetry.settings import CollectorSettings
 
@@ -21,7 +22,7 @@ def take_lock(settings: CollectorSettings) -> IO[str] | None:
     The hooks may start several collectors at once (64 jobs ending together);
     the lock, not the pid file, decides which one runs.
     """
-    settings.node_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(settings.node_dir)  # spools are root-only
     handle = open(settings.lockfile, "a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -48,6 +48,9 @@ def test_dry_run_json_has_the_plan_and_jobs(ckpt, tmp_path, capsys):
 ])
 def test_bad_input_is_one_line_and_exit_2(ckpt, tmp_path, capsys, argv, message):
     argv = [a.replace("{ckpt}", str(ckpt)) for a in argv]
+    from slurm_acme.store import open_store
+
+    open_store(f"sqlite:///{tmp_path}/a.db").dispose()  # read commands never create a store
     code = run_cli(seval, "seval", ["--db", f"sqlite:///{tmp_path}/a.db", *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err

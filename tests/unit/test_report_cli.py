@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from slurm_acme.access import Viewer, visible_user
 from slurm_acme.cli.main import run_cli, sacme
 from slurm_acme.errors import InputError
-from slurm_acme.report.access import Viewer, visible_user
 from slurm_acme.report.model import SECTIONS
 from slurm_acme.report.period import month_period, resolve_period
 from slurm_acme.report.synthetic import synthetic_jobs
@@ -135,18 +135,18 @@ def test_type_is_case_insensitive_and_filters(capsys, db: str) -> None:  # type:
 
 def test_non_admin_sees_only_own_jobs() -> None:
     alice = Viewer(name="alice", uid=1001, groups=frozenset({"alice", "users"}))
-    assert visible_user(alice, "hpcadmin", None) == "alice"
-    assert visible_user(alice, "hpcadmin", "alice") == "alice"
+    assert visible_user(alice, None, group="hpcadmin") == "alice"
+    assert visible_user(alice, "alice", group="hpcadmin") == "alice"
     with pytest.raises(InputError, match="admin group 'hpcadmin'"):
-        visible_user(alice, "hpcadmin", "bob")
+        visible_user(alice, "bob", group="hpcadmin")
 
 
 def test_admin_group_member_and_root_see_everyone() -> None:
     carol = Viewer(name="carol", uid=1002, groups=frozenset({"carol", "hpcadmin"}))
     root = Viewer(name="root", uid=0, groups=frozenset({"root"}))
-    assert visible_user(carol, "hpcadmin", None) is None
-    assert visible_user(carol, "hpcadmin", "bob") == "bob"
-    assert visible_user(root, "hpcadmin", None) is None
+    assert visible_user(carol, None, group="hpcadmin") is None
+    assert visible_user(carol, "bob", group="hpcadmin") == "bob"
+    assert visible_user(root, None, group="hpcadmin") is None
 
 
 def test_since_until_bounds_are_utc_inclusive_exclusive() -> None:

@@ -117,7 +117,7 @@ def test_malformed_url_is_rejected():
 
 
 def test_unknown_driver_is_rejected():
-    with pytest.raises(StoreUnavailable, match="no driver"):
+    with pytest.raises(StoreUnavailable, match="'nosuchdb' is not supported"):
         open_store("nosuchdb://x/y")
 
 

@@ -13,6 +13,8 @@ eval_runs = Table(
     Column("checkpoint", Text, nullable=False),
     Column("model_size_b", Float),
     Column("cluster", String(64)),
+    #: Who submitted it: only they (and admins) see and cancel it.
+    Column("user", String(64)),
     Column("created_ts", Float, nullable=False),
     Column("state", String(32), nullable=False, default="PLANNED"),
     Column("plan", Text),  # JSON
