@@ -44,6 +44,24 @@ class Decision:
 
 
 class LossSpikeGuard:
+    """Stops a step whose loss is NaN/Inf or spikes, on every rank at once, so the
+    supervisor can roll back to the last healthy checkpoint and skip the bad batch.
+
+    Call :meth:`check` once per step with the step's loss, before ``backward()``; it
+    also writes the ``step`` (or ``spike``/``nan``) line to the metrics file, which is
+    the supervisor's heartbeat. If ``decision.rollback``, call :meth:`rollback`.
+
+    Args:
+        metrics: where steps and verdicts are written (``MetricsWriter.from_env(rank)``).
+        ratio: a loss above ``ratio`` x the moving average is a spike (``$ACME_SPIKE_RATIO``
+            is the spec's value; pass it on if you want the train.yaml to decide).
+        warmup: steps seen before spikes are judged (early losses fall fast).
+        ema_beta: weight of the past in the moving average.
+
+    Its :meth:`state_dict` is per rank (each rank's own losses): save it in
+    ``rank_state``.
+    """
+
     def __init__(self, metrics: MetricsWriter, *, ratio: float = 3.0, warmup: int = 5,
                  ema_beta: float = 0.9) -> None:
         if ratio <= 1.0:

@@ -18,6 +18,13 @@ from typing import Any
 
 
 class MetricsWriter:
+    """Appends this rank's metrics lines: the supervisor's heartbeat and event feed.
+
+    `path` None writes nothing (a run outside the supervisor). Pass :meth:`write` as
+    ``AsyncCheckpointer(on_event=...)`` so checkpoint events reach the supervisor, and
+    write ``done`` after the last step: the supervisor then knows the run finished.
+    """
+
     def __init__(self, path: str | os.PathLike | None, rank: int) -> None:
         self.path = Path(path) if path else None
         self.rank = rank
@@ -28,9 +35,12 @@ class MetricsWriter:
 
     @classmethod
     def from_env(cls, rank: int) -> MetricsWriter:
+        """The writer the supervisor asked for (``$ACME_METRICS_FILE``), or a silent one."""
         return cls(os.environ.get("ACME_METRICS_FILE") or None, rank)
 
     def write(self, event: str, step: int, loss: float | None = None, **fields: Any) -> None:
+        """One line: `event` (step, checkpoint, resume, skip, spike, nan, requeue, done,
+        ...) at `step`, with `loss` and any extra JSON-serialisable fields."""
         record: dict[str, Any] = {"step": step, "loss": loss, "time": time.time(),
                                   "event": event, "rank": self.rank}
         if loss is not None and not math.isfinite(loss):

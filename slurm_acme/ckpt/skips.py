@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class StepRanges:
+    """Inclusive step ranges; ``step in ranges`` tests membership."""
+
     ranges: tuple[tuple[int, int], ...] = ()
 
     def __contains__(self, step: int) -> bool:
@@ -42,5 +44,12 @@ def parse_step_ranges(text: str, name: str = "ACME_SKIP_STEPS") -> StepRanges:
 
 
 def skip_steps_from_env(env: Mapping[str, str] | None = None) -> StepRanges:
+    """The steps the supervisor asks this attempt to skip (``$ACME_SKIP_STEPS``).
+
+    After a loss-spike rollback the batches of the bad steps are skipped, so the
+    spike does not recur. Use it as ``if step in skips: continue`` (after drawing
+    the step's batch, so the data position stays the same). Raises ValueError naming
+    the bad part.
+    """
     env = os.environ if env is None else env
     return parse_step_ranges(env.get("ACME_SKIP_STEPS", ""))
