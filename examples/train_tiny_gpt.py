@@ -20,7 +20,6 @@ import argparse
 import logging
 import os
 import random
-import signal
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ from slurm_acme.ckpt.collective import all_reduce_max, init_distributed
 from slurm_acme.ckpt.faults import FaultInjector
 from slurm_acme.ckpt.guard import LossSpikeGuard
 from slurm_acme.ckpt.metrics import MetricsWriter
+from slurm_acme.ckpt.signals import install_checkpoint_signal
 from slurm_acme.ckpt.skips import skip_steps_from_env
 from slurm_acme.models.data import WindowSampler
 from slurm_acme.models.tiny_gpt import (
@@ -57,9 +57,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ckpt-dir", default=None, help="default: $ACME_CKPT_DIR or ./checkpoints")
     p.add_argument("--ckpt-policy", choices=("wait", "skip"), default="wait",
                    help="what a save does while the previous one is still persisting")
-    p.add_argument("--ckpt-format", choices=("acme", "dcp"), default="acme")
-    p.add_argument("--persist", choices=("auto", "thread", "process"), default="auto",
-                   help="background writer: auto = process (measured best), thread")
     p.add_argument("--batch-size", type=int, default=16, help="per-rank batch size")
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--n-layer", type=int, default=2)
@@ -81,32 +78,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-class StopRequest:
-    """Set by SIGUSR2 (Slurm's time-limit warning, forwarded by the supervisor)."""
-
-    def __init__(self) -> None:
-        self.requested = 0
-        signal.signal(signal.SIGUSR2, self._handle)
-
-    def _handle(self, signum: int, frame: object) -> None:
-        self.requested = 1
-
-
-def training_state(model, opt, sampler, guard, step):  # type: ignore[no-untyped-def]
+def training_state(model, opt, sampler, step):  # type: ignore[no-untyped-def]
+    """What every rank holds alike (DDP replicas, the global data position): saved once."""
     return {"step": step, "model": model.state_dict(), "optim": opt.state_dict(),
-            "sampler": sampler.state_dict(), "guard": guard.state_dict(),
+            "sampler": sampler.state_dict()}
+
+
+def rank_state(guard):  # type: ignore[no-untyped-def]
+    """What differs between ranks (own losses, own random streams): saved per rank."""
+    return {"guard": guard.state_dict(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
                     "numpy": np.random.get_state()}}
 
 
-def restore(state, model, opt, sampler, guard) -> int:  # type: ignore[no-untyped-def]
+def restore(resumed, model, opt, sampler, guard) -> int:  # type: ignore[no-untyped-def]
+    state = resumed.state
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["optim"])
     sampler.load_state_dict(state["sampler"])
-    guard.load_state_dict(state["guard"])
-    torch.set_rng_state(state["rng"]["torch"])
-    random.setstate(state["rng"]["python"])
-    np.random.set_state(state["rng"]["numpy"])
+    if resumed.rank_state is not None:  # None: this rank did not exist (smaller world)
+        guard.load_state_dict(resumed.rank_state["guard"])
+        rng = resumed.rank_state["rng"]
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
     return int(state["step"])
 
 
@@ -141,9 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         return exitcodes.USAGE
     ckpt_dir = args.ckpt_dir or os.environ.get("ACME_CKPT_DIR") or "checkpoints"
     ckpt = AsyncCheckpointer(ckpt_dir, keep=args.keep, policy=args.ckpt_policy,
-                             format=args.ckpt_format, persist=args.persist,
-                             on_event=lambda event, step, **kw: metrics.write(event, step, **kw))
-    stop = StopRequest()
+                             on_event=metrics.write)
+    stop = install_checkpoint_signal()
 
     start = 1
     try:
@@ -152,13 +146,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"train_tiny_gpt: error: {exc}", file=sys.stderr)
         return exitcodes.USAGE
     if resumed is not None:
-        start = restore(resumed.state, model, opt, sampler, guard) + 1
+        start = restore(resumed, model, opt, sampler, guard) + 1
         metrics.write("resume", resumed.step, path=resumed.path)
         print(f"[rank {env.rank}] resumed from {resumed.path} at step {resumed.step}",
               flush=True)
 
     if opt.state_dict()["state"]:  # Adam state exists (resumed): its layout is final
-        ckpt.prepare(training_state(model, opt, sampler, guard, start - 1))
+        ckpt.prepare(training_state(model, opt, sampler, start - 1), rank_state(guard))
     step = start - 1
     for step in range(start, args.steps + 1):
         faults.before_step(step)
@@ -185,17 +179,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[rank {env.rank}] step {step} loss {loss.item():.4f} "
                   f"data {batch.fingerprint} {1000 * (time.perf_counter() - t0):.0f}ms",
                   flush=True)
-        if flags[0]:
-            report = ckpt.save(step, training_state(model, opt, sampler, guard, step))
-            result = ckpt.wait()
-            ckpt.close()
-            ok = result is not None and result.ok
-            metrics.write("requeue", step, checkpointed=ok, stall_s=round(report.stall_s, 4))
-            print(f"[rank {env.rank}] SIGUSR2: checkpointed step {step} ({'ok' if ok else 'FAILED'})"
-                  ", exiting for requeue", flush=True)
-            return exitcodes.TRAIN_CHECKPOINTED_REQUEUE
+        if flags[0]:  # SIGUSR2: save, wait for the commit, exit 76 for a requeue
+            print(f"[rank {env.rank}] SIGUSR2: checkpointing step {step} for a requeue",
+                  flush=True)
+            ckpt.save_and_requeue(step, training_state(model, opt, sampler, step),
+                                  rank_state(guard))
         if step % args.ckpt_interval == 0 or step == args.steps:
-            report = ckpt.save(step, training_state(model, opt, sampler, guard, step))
+            report = ckpt.save(step, training_state(model, opt, sampler, step), rank_state(guard))
             print(f"[rank {env.rank}] checkpoint step {step} {report.action}: "
                   f"stall {1000 * report.stall_s:.1f}ms", flush=True)
 

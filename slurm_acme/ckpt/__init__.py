@@ -1,8 +1,9 @@
-"""Asynchronous checkpointing and the loss-spike guard (paper s6.1).
+"""Asynchronous checkpointing and the loss-spike guard (paper s6.1): the opt-in,
+deeper integration a training script can use (see docs/training.md).
 
 Importing this package is cheap and torch-free: the supervisor imports
-``slurm_acme.ckpt.manifest`` to find the newest healthy checkpoint. The torch
-parts load on first attribute access.
+``slurm_acme.ckpt.manifest`` to find the newest healthy checkpoint. The names
+below load on first attribute access.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ _LAZY = {
     "Resumed": "slurm_acme.ckpt.checkpointer",
     "CheckpointMismatch": "slurm_acme.ckpt.checkpointer",
     "LossSpikeGuard": "slurm_acme.ckpt.guard",
+    "MetricsWriter": "slurm_acme.ckpt.metrics",
+    "init_distributed": "slurm_acme.ckpt.collective",
+    "install_checkpoint_signal": "slurm_acme.ckpt.signals",
+    "CheckpointRequest": "slurm_acme.ckpt.signals",
+    "skip_steps_from_env": "slurm_acme.ckpt.skips",
     "CheckpointRef": "slurm_acme.ckpt.manifest",
     "latest_healthy": "slurm_acme.ckpt.manifest",
     "list_checkpoints": "slurm_acme.ckpt.manifest",

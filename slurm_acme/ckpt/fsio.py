@@ -1,18 +1,21 @@
-"""Atomic, checksummed file writes: the checkpointer's only door to the filesystem.
+"""Durable, checksummed file writes: the checkpointer's only door to the filesystem.
 
-A file is written as a hidden temp file, fsynced, renamed into place and its
-directory fsynced, so a reader sees either nothing or the whole file. The
-low-level calls (`_write`, `_fsync`, ...) are methods so tests can fake the
-operating system (ENOSPC, EIO, a crash mid-write) without faking the checkpointer.
-Torch-free: the process-based persist worker uses it too.
+The manifest is written as a hidden temp file, fsynced, renamed into place and
+its directory fsynced, so a reader sees either nothing or the whole file. DCP's
+writer gets streams from :meth:`LocalFS.open_write` (fsynced on close) and
+renames through :meth:`LocalFS.rename`. The low-level calls (`_write`, `_fsync`,
+...) are methods so tests can fake the operating system (ENOSPC, EIO, a crash
+mid-write) without faking the checkpointer. Torch-free.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import zlib
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,6 +99,25 @@ class LocalFS:
         self.fsync_dir(path.parent)
         return Written(bytes=total, checksum=format_crc(crc))
 
+    def rename(self, src: Path, dst: Path) -> None:
+        """Rename `src` over `dst` and make the new name durable."""
+        self._rename(src, dst)
+        self.fsync_dir(dst.parent)
+
+    @contextlib.contextmanager
+    def open_write(self, path: Path) -> Generator[io.RawIOBase, None, None]:
+        """A binary stream for a writer that wants a file object (DCP's): its writes go
+        through `_write`, and closing it fsyncs it first (`_fsync`), unless it is closed
+        because of an error."""
+        stream = _Stream(self, self._open(path))
+        try:
+            yield stream
+        except BaseException:
+            stream.failed = True
+            raise
+        finally:
+            stream.close()
+
     def remove(self, path: Path) -> None:
         path.unlink(missing_ok=True)
         self.fsync_dir(path.parent)
@@ -122,3 +144,47 @@ def checksum_file(path: Path) -> Written:
             crc = zlib.crc32(view[:n], crc)
             total += n
     return Written(bytes=total, checksum=format_crc(crc))
+
+
+class _Stream(io.RawIOBase):
+    """A write-only file over a descriptor whose writes go through a LocalFS."""
+
+    def __init__(self, fs: LocalFS, fd: int) -> None:
+        self._fs, self._fd = fs, fd
+        self.failed = False
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def tell(self) -> int:
+        return os.lseek(self._fd, 0, os.SEEK_CUR)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return os.lseek(self._fd, offset, whence)
+
+    def write(self, data) -> int:  # type: ignore[no-untyped-def,override]
+        view = memoryview(data).cast("B")
+        total = len(view)
+        while len(view):
+            n = self._fs._write(self._fd, view[:CHUNK_BYTES])
+            view = view[n:]
+        return total
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if not self.failed:
+                self._fs._fsync(self._fd)
+        except BaseException:
+            self.failed = True
+            raise
+        finally:
+            os.close(self._fd)
+            super().close()

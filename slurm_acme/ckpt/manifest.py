@@ -5,11 +5,15 @@ attempts to decide where to roll back to, and must not pay for importing torch.
 
 Layout under a checkpoint directory::
 
-    <ckpt_dir>/step_00000020/rank00000.acme    one shard per rank (or dcp/ for DCP)
-    <ckpt_dir>/step_00000020/manifest.json     written last, atomically, by rank 0
+    <ckpt_dir>/step_00000020/.metadata          the step directory is a DCP checkpoint:
+    <ckpt_dir>/step_00000020/__0_0.distcp       DCP's metadata and each rank's data file
+    <ckpt_dir>/step_00000020/manifest.json      written last, atomically, by rank 0
 
 A step directory without a readable ``manifest.json`` is partial (a save that
-crashed or is still running) and is never offered for resume.
+crashed or is still running) and is never offered for resume, even when DCP's
+``.metadata`` is there. A committed one is healthy when every file the manifest
+lists is present at its recorded size (:func:`files_present`); ``resume()``
+also checks each file's crc32 before loading it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "manifest.json"
-MANIFEST_VERSION = 1
+#: 2: the step directory is a DCP checkpoint. 1: the earlier layouts (see :mod:`legacy`).
+MANIFEST_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 _STEP_DIR = re.compile(r"^step_(\d{8,})$")
 
 
@@ -83,12 +89,13 @@ class Manifest:
     @classmethod
     def from_json(cls, text: str) -> Manifest:
         data = json.loads(text)
-        if data.get("version") != MANIFEST_VERSION:
+        if data.get("version") not in READABLE_VERSIONS:
             raise ValueError(f"unsupported manifest version {data.get('version')!r}")
         shards = tuple(ShardRecord(**s) for s in data["shards"])
         return cls(step=int(data["step"]), format=str(data["format"]),
                    world_size=int(data["world_size"]), created_ts=float(data["created_ts"]),
-                   shards=shards, extra=dict(data.get("extra") or {}))
+                   shards=shards, extra=dict(data.get("extra") or {}),
+                   version=int(data["version"]))
 
 
 def step_dir_name(step: int) -> str:

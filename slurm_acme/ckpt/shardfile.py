@@ -1,4 +1,5 @@
-"""The shard file format: a small JSON header, then the arena's raw bytes.
+"""The former native shard format (read for old checkpoints, see :mod:`legacy`):
+a small JSON header, then the raw bytes of every tensor.
 
     b"ACMESHD1" | uint64 little-endian header length | header JSON | pad to 64 | data
 
@@ -11,6 +12,7 @@ read plus one copy per tensor.
 from __future__ import annotations
 
 import json
+import os
 import struct
 import zlib
 from dataclasses import dataclass
@@ -22,7 +24,7 @@ _ALIGN = 64
 
 
 class CorruptShard(ValueError):
-    """A shard file whose size, checksum or structure is wrong."""
+    """A checkpoint file whose size, checksum or structure is wrong."""
 
 
 def encode_header(skeleton: Any, slots: list[dict], data_bytes: int) -> bytes:
@@ -51,11 +53,12 @@ class LoadedShard:
     tensors: list  # list[torch.Tensor]
 
 
-def read_shard(path: Path, expect_bytes: int | None = None,
+def read_shard(path: str | os.PathLike, expect_bytes: int | None = None,
                expect_checksum: str | None = None) -> LoadedShard:
     """Read and verify a shard; raise CorruptShard naming what is wrong."""
     import torch
 
+    path = Path(path)
     raw = bytearray(path.read_bytes())
     if expect_bytes is not None and len(raw) != expect_bytes:
         raise CorruptShard(f"{path}: {len(raw)} bytes, manifest says {expect_bytes}")

@@ -19,14 +19,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-STATE_FLOATS = 1_000_000  # 4 MB per rank
+STATE_FLOATS = 1_000_000  # 4 MB
 
 
-def _state(rank: int, step: int):  # type: ignore[no-untyped-def]
+def _state(step: int):  # type: ignore[no-untyped-def]
+    """What every rank holds alike (saved once)."""
     import torch
 
-    return {"w": torch.full((STATE_FLOATS,), float(step * 10 + rank)), "rank": rank,
-            "step": step}
+    return {"shared": torch.full((STATE_FLOATS,), float(step)), "step": step}
+
+
+def _rank_state(rank: int, step: int):  # type: ignore[no-untyped-def]
+    """What is this rank's own (saved under rank_state.<rank>)."""
+    import torch
+
+    return {"w": torch.full((STATE_FLOATS,), float(step * 10 + rank)), "rank": rank}
 
 
 def _slow_midway_fs(ready: Path, die: bool):  # type: ignore[no-untyped-def]
@@ -57,10 +64,10 @@ def worker_sigkill(ckpt_dir: Path) -> None:
 
     fs = _slow_midway_fs(ckpt_dir.parent / "ready", die=False)
     ck = AsyncCheckpointer(ckpt_dir, keep=3, fs=fs)
-    ck.save(10, _state(0, 10))
+    ck.save(10, _state(10), _rank_state(0, 10))
     assert ck.wait().committed
     fs.armed = True
-    ck.save(20, _state(0, 20))
+    ck.save(20, _state(20), _rank_state(0, 20))
     while True:  # "training" goes on until the test kills us
         time.sleep(0.1)
 
@@ -74,30 +81,20 @@ def worker_two_ranks(ckpt_dir: Path, rank_to_kill: int) -> None:
     env = init_distributed()
     fs = _slow_midway_fs(ckpt_dir.parent / f"ready{env.rank}", die=True)
     ck = AsyncCheckpointer(ckpt_dir, keep=3, fs=fs, commit_timeout_s=60)
-    ck.save(10, _state(env.rank, 10))
+    ck.save(10, _state(10), _rank_state(env.rank, 10))
     first = ck.wait()
     resumed = ck.resume(resume_from="")
     out = {"rank": env.rank, "first_ok": first.ok, "first_committed": first.committed,
-           "resumed_step": resumed.step, "resumed_rank": resumed.state["rank"],
-           "resumed_w": float(resumed.state["w"][0])}
+           "resumed_step": resumed.step, "resumed_rank": resumed.rank_state["rank"],
+           "resumed_w": float(resumed.rank_state["w"][0]),
+           "resumed_shared": float(resumed.state["shared"][0])}
     dist.barrier()
     fs.armed = env.rank == rank_to_kill
-    ck.save(20, _state(env.rank, 20))
+    ck.save(20, _state(20), _rank_state(env.rank, 20))
     second = ck.wait()
     out.update(second_ok=second.ok, second_committed=second.committed, second_error=second.error)
     print(json.dumps(out), flush=True)
     os._exit(0)  # skip process-group teardown: the peer is gone
-
-
-def worker_shm(ckpt_dir: Path) -> None:
-    from slurm_acme.ckpt.checkpointer import AsyncCheckpointer
-
-    ck = AsyncCheckpointer(ckpt_dir, persist="process")
-    ck.save(1, _state(0, 1))
-    assert ck.wait().committed
-    print(json.dumps({"shm": ck.arena.shm_name}), flush=True)
-    while True:  # "training" goes on until Slurm kills the whole step
-        time.sleep(0.1)
 
 
 def _free_port() -> int:
@@ -108,7 +105,7 @@ def _free_port() -> int:
 
 def test_sigkill_during_persist_resume_loads_the_previous_healthy(tmp_path: Path) -> None:
     from slurm_acme.ckpt.checkpointer import AsyncCheckpointer
-    from slurm_acme.ckpt.manifest import latest_healthy
+    from slurm_acme.ckpt.manifest import latest_healthy, read_manifest
 
     ckpt = tmp_path / "ckpt"
     proc = subprocess.Popen([sys.executable, __file__, "sigkill", str(ckpt)])
@@ -122,26 +119,12 @@ def test_sigkill_during_persist_resume_loads_the_previous_healthy(tmp_path: Path
     finally:
         proc.kill()
         proc.wait()
-    assert list((ckpt / "step_00000020").glob(".rank00000.acme.tmp-*"))  # half-written file
+    assert (ckpt / "step_00000020" / "__0_0.distcp").exists()  # the half-written file
+    assert read_manifest(ckpt / "step_00000020") is None
     assert latest_healthy(ckpt).step == 10  # type: ignore[union-attr]
     resumed = AsyncCheckpointer(ckpt).resume(resume_from="")
-    assert resumed is not None and resumed.step == 10 and float(resumed.state["w"][0]) == 100.0
-
-
-def test_killing_the_whole_process_tree_leaves_no_arena_in_dev_shm(tmp_path: Path) -> None:
-    """Slurm kills every process of a step (the resource tracker too): the shared
-    arena's name must already be gone from /dev/shm, or each failure leaks RAM."""
-    proc = subprocess.Popen([sys.executable, __file__, "shm", str(tmp_path / "ckpt")],
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        assert proc.stdout is not None
-        name = json.loads(proc.stdout.readline())["shm"].lstrip("/")
-        assert name  # the process persister uses a shared-memory arena
-        assert name not in os.listdir("/dev/shm")  # unlinked as soon as the child mapped it
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert name not in os.listdir("/dev/shm")
+    assert resumed is not None and resumed.step == 10
+    assert float(resumed.rank_state["w"][0]) == 100.0 and float(resumed.state["shared"][0]) == 10
 
 
 def test_two_ranks_one_dies_mid_save_no_manifest_is_committed(tmp_path: Path) -> None:
@@ -158,14 +141,15 @@ def test_two_ranks_one_dies_mid_save_no_manifest_is_committed(tmp_path: Path) ->
     outs = [p.communicate(timeout=240)[0] for p in procs]
     assert procs[1].returncode == 9  # rank 1 died in the middle of writing its shard
     rank0 = json.loads(outs[0].strip().splitlines()[-1])
-    # The first save was committed with both shards, and each rank resumed its own shard.
+    # The first save was committed with both ranks' files, and rank 0 resumed its own state.
     assert rank0["first_committed"] and rank0["resumed_step"] == 10
     assert rank0["resumed_rank"] == 0 and rank0["resumed_w"] == 100.0
+    assert rank0["resumed_shared"] == 10.0
     first = read_manifest(ckpt / "step_00000010")
-    assert first is not None and sorted(s.rank for s in first.shards) == [0, 1]
-    # The second save: rank 0's shard is fine, but rank 0 must not commit.
+    assert first is not None and {s.rank for s in first.shards} == {0, 1}
+    # The second save: rank 0's file is written, but rank 0 must not commit.
     assert not rank0["second_committed"] and not rank0["second_ok"]
-    assert (ckpt / "step_00000020" / "rank00000.acme").exists()
+    assert (ckpt / "step_00000020" / "__0_0.distcp").exists()
     assert read_manifest(ckpt / "step_00000020") is None
     assert latest_healthy(ckpt).step == 10  # type: ignore[union-attr]
 
@@ -174,7 +158,5 @@ if __name__ == "__main__":
     mode, directory = sys.argv[1], Path(sys.argv[2])
     if mode == "sigkill":
         worker_sigkill(directory)
-    elif mode == "shm":
-        worker_shm(directory)
     else:
         worker_two_ranks(directory, int(sys.argv[3]))

@@ -20,8 +20,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 def test_usr2_checkpoints_requeues_and_resumes_without_using_a_restart(slurm_cluster, slurm) -> None:  # type: ignore[no-untyped-def]
     tmp_path, db_url = fresh_dir("ft-timelimit")
-    # slurmstepd delivers USR2 to every process of the step: the trainer and its
-    # checkpointer's persist child (the default "process" mode), which ignores it.
+    # slurmstepd delivers USR2 to every process of the step; the trainer's handler
+    # (install_checkpoint_signal) only sets a flag, and the checkpoint is a thread.
     spec = write_spec(tmp_path, "ft-timelimit", steps=120, interval=50, max_restarts=0)
     run_id, job_id = submit(db_url, spec)
     deadline = time.monotonic() + 240

@@ -17,6 +17,9 @@ from slurm_acme.ckpt.checkpointer import AsyncCheckpointer
 from slurm_acme.ckpt.fsio import LocalFS
 from slurm_acme.ckpt.manifest import MANIFEST_NAME, latest_healthy, list_checkpoints
 
+#: The data file a single-process save writes (DCP names it after rank 0).
+DATA = "__0_0.distcp"
+
 
 def _state(value: float) -> dict:
     return {"w": torch.full((1000,), value), "pos": {"cursor": int(value)}}
@@ -170,7 +173,7 @@ def test_resume_skips_a_corrupt_or_partial_newest_checkpoint_with_a_warning(
     for step in (1, 2):
         ck.save(step, _state(float(step)))
         ck.wait()
-    shard = tmp_path / "step_00000002" / "rank00000.acme"
+    shard = tmp_path / "step_00000002" / DATA
     if damage == "bitflip":
         _flip_byte(shard, shard.stat().st_size - 100)  # inside tensor data: only crc sees it
     elif damage == "truncate":
@@ -192,7 +195,7 @@ def test_resume_from_env_is_tried_first_then_older_ones(tmp_path: Path,
         ck.wait()
     monkeypatch.setenv("ACME_RESUME_FROM", str(tmp_path / "step_00000002"))
     assert ck.resume().step == 2  # type: ignore[union-attr]
-    _flip_byte(tmp_path / "step_00000002" / "rank00000.acme", 200)
+    _flip_byte(tmp_path / "step_00000002" / DATA, 200)
     assert ck.resume().step == 1  # never the newer step 3 when rolling back to 2
     monkeypatch.setenv("ACME_RESUME_FROM", "")
     assert ck.resume().step == 3  # type: ignore[union-attr]
@@ -211,28 +214,8 @@ def test_resaving_a_step_replaces_the_old_commit(tmp_path: Path) -> None:
     assert torch.equal(ck.resume(resume_from="").state["w"], torch.full((1000,), 2.0))
 
 
-def test_process_persister_writes_the_same_checkpoint(tmp_path: Path) -> None:
-    ck = AsyncCheckpointer(tmp_path, persist="process")
-    ck.save(3, _state(3.0))
-    assert ck.wait().committed  # type: ignore[union-attr]
-    ck.close()
-    resumed = AsyncCheckpointer(tmp_path).resume(resume_from="")
-    assert resumed.step == 3 and torch.equal(resumed.state["w"], torch.full((1000,), 3.0))
-
-
-def test_dcp_format_round_trips_and_is_verified(tmp_path: Path) -> None:
-    ck = AsyncCheckpointer(tmp_path, format="dcp")
-    ck.save(4, _state(4.0))
-    assert ck.wait().committed  # type: ignore[union-attr]
-    resumed = ck.resume(resume_from="")
-    assert resumed.step == 4 and torch.equal(resumed.state["w"], torch.full((1000,), 4.0))
-    (data,) = (tmp_path / "step_00000004" / "dcp").glob("*.distcp")
-    _flip_byte(data, data.stat().st_size // 2)
-    assert ck.resume(resume_from="") is None
-
-
-@pytest.mark.parametrize("kw", [{"policy": "drop"}, {"format": "h5"}, {"keep": 0},
-                                {"persist": "fiber"}])
+@pytest.mark.parametrize("kw", [{"policy": "drop"}, {"format": "acme"}, {"keep": 0},
+                                {"interval": 0}, {"copy_threads": 0}])
 def test_bad_options_are_rejected(tmp_path: Path, kw: dict) -> None:
     with pytest.raises(ValueError):
         AsyncCheckpointer(tmp_path, **kw)
@@ -252,31 +235,13 @@ def test_latest_healthy_skips_a_checkpoint_with_a_missing_shard(tmp_path: Path) 
     ref = latest_healthy(tmp_path)
     assert ref is not None and ref.step == 2 and ref.bytes > 4000
     assert ref.checksum.startswith("crc32:") and ref.path.endswith("step_00000002")
-    (tmp_path / "step_00000002" / "rank00000.acme").unlink()
+    (tmp_path / "step_00000002" / DATA).unlink()
     assert latest_healthy(tmp_path).step == 1  # type: ignore[union-attr]
     assert latest_healthy(tmp_path, max_step=0) is None
 
 
-def test_default_persister_is_the_measured_process_one(tmp_path: Path) -> None:
-    ck = AsyncCheckpointer(tmp_path)
-    assert ck.persister.name == "process" and ck.arena.shared
-    ck.close()
-
-
-def test_too_small_dev_shm_falls_back_to_a_thread_with_a_warning(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.setattr("slurm_acme.ckpt.checkpointer.shm_free_bytes", lambda: 1024)
-    ck = AsyncCheckpointer(tmp_path)
-    with caplog.at_level(logging.WARNING):
-        ck.save(1, _state(1.0))
-    assert ck.wait().committed  # type: ignore[union-attr]
-    assert ck.persister.name == "thread" and "/dev/shm has 1024 bytes free" in caplog.text
-    ck.close()
-
-
 def test_prepare_allocates_the_arena_so_the_first_save_reuses_it(tmp_path: Path) -> None:
-    ck = AsyncCheckpointer(tmp_path, persist="thread")
+    ck = AsyncCheckpointer(tmp_path)
     ck.prepare(_state(0.0))
     buf = ck.arena.buffer.data_ptr()
     ck.save(1, _state(1.0))
