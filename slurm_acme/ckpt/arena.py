@@ -159,7 +159,7 @@ class HostArena:
         self.reallocations += 1
 
     def _make_views(self, slots: tuple[Slot, ...]) -> list[torch.Tensor]:
-        raw = memoryview(self.buffer.numpy()) if self.buffer.numel() else None
+        raw = memoryview(self.buffer.numpy()) if self.buffer.numel() else None  # type: ignore[arg-type]
         views = []
         for slot in slots:
             if slot.nbytes == 0 or raw is None:
@@ -177,7 +177,7 @@ class HostArena:
         host: list[tuple[int, int, int]] = []  # (dst address, src address, bytes)
         slow: list[tuple[torch.Tensor, torch.Tensor]] = []
         on_device = False
-        for src, dst, addr, n in zip(tensors, dsts, self._addrs, self._nbytes):
+        for src, dst, addr, n in zip(tensors, dsts, self._addrs, self._nbytes, strict=True):
             if not n:
                 continue
             if src.is_cpu:

@@ -39,6 +39,14 @@ from slurm_acme.ckpt.manifest import (
 from slurm_acme.ckpt.retention import prune
 from slurm_acme.ckpt.shardfile import CorruptShard
 from slurm_acme.ckpt.snapshot import DictShapes, Staged, stage
+from slurm_acme.contracts import (
+    ENV_CKPT_ASYNC,
+    ENV_CKPT_DIR,
+    ENV_CKPT_INTERVAL,
+    ENV_CKPT_KEEP,
+    ENV_RESUME_FROM,
+    MetricEvent,
+)
 
 log = logging.getLogger(__name__)
 
@@ -155,19 +163,23 @@ class AsyncCheckpointer:
         commit_timeout_s: how long a rank waits for the others to finish their files.
         copy_threads: threads for the host copy (default: up to 4 of this process's CPUs).
         pin_memory: page-lock the host copy (default: when CUDA is available).
+        background: persist in the background (default ``$ACME_CKPT_ASYNC`` != "0", i.e.
+            train.yaml's ``checkpoint.async``); False makes ``save`` wait for the commit.
     """
 
     def __init__(self, ckpt_dir: str | os.PathLike | None = None, *, keep: int | None = None,
                  interval: int | None = None, policy: str = "wait", format: str = "dcp",
                  fs: LocalFS | None = None, on_event: EventSink | None = None,
                  commit_timeout_s: float = 300.0, copy_threads: int | None = None,
-                 pin_memory: bool | None = None) -> None:
+                 pin_memory: bool | None = None, background: bool | None = None) -> None:
         if ckpt_dir is None:
-            ckpt_dir = os.environ.get("ACME_CKPT_DIR", "")
+            ckpt_dir = os.environ.get(ENV_CKPT_DIR, "")
             if not ckpt_dir:
-                raise ValueError("no checkpoint directory: pass ckpt_dir or set ACME_CKPT_DIR")
-        keep = _env_int("ACME_CKPT_KEEP", 3) if keep is None else keep
-        interval = _env_int("ACME_CKPT_INTERVAL", 100) if interval is None else interval
+                raise ValueError(f"no checkpoint directory: pass ckpt_dir or set {ENV_CKPT_DIR}")
+        keep = _env_int(ENV_CKPT_KEEP, 3) if keep is None else keep
+        interval = _env_int(ENV_CKPT_INTERVAL, 100) if interval is None else interval
+        if background is None:
+            background = os.environ.get(ENV_CKPT_ASYNC, "1").strip() != "0"
         if policy not in POLICIES:
             raise ValueError(f"policy={policy!r}; expected one of {POLICIES}")
         if format not in FORMATS:
@@ -179,6 +191,7 @@ class AsyncCheckpointer:
             raise ValueError(f"interval={interval}: must be at least 1 step")
         self.ckpt_dir = Path(ckpt_dir)
         self.keep, self.interval, self.policy, self.format = keep, interval, policy, format
+        self.background = background
         self.fs = fs or LocalFS()
         self.arena = HostArena(pin=pin_memory, threads=copy_threads)
         self.on_event = on_event or _noop
@@ -222,19 +235,21 @@ class AsyncCheckpointer:
         waited = 0.0
         if busy and self.policy == "skip":
             log.warning("checkpoint step %d skipped: a save is still in flight", step)
-            self.on_event("checkpoint_skipped", step)
+            self.on_event(MetricEvent.CHECKPOINT_SKIPPED, step)
             return SaveReport(step, "skipped", 0.0, time.perf_counter() - t0, 0)
         if busy:
             self.wait()
             waited = time.perf_counter() - t0
             log.warning("checkpoint step %d waited %.3fs for the previous save", step, waited)
-            self.on_event("checkpoint_waited", step, waited_s=round(waited, 4))
+            self.on_event(MetricEvent.CHECKPOINT_WAITED, step, waited_s=round(waited, 4))
         else:
             self.wait()  # reap a finished thread
         staged = stage(dcp_io.with_rank_state(dict(state), self.rank, rank_state), self.arena)
         self._inflight = threading.Thread(target=self._persist, args=(step, staged),
                                           name=f"acme-ckpt-{step}", daemon=True)
         self._inflight.start()
+        if not self.background:
+            self.wait()  # train.yaml's checkpoint.async: false; the persist counts as stall
         return SaveReport(step, "started", waited, time.perf_counter() - t0, staged.nbytes)
 
     def save_and_requeue(self, step: int, state: Mapping[str, Any], rank_state: Any = None
@@ -248,7 +263,7 @@ class AsyncCheckpointer:
         ok = result is not None and result.committed
         log.warning("checkpoint-now signal: step %d %s; exiting for a requeue", step,
                     "committed" if ok else "NOT committed")
-        self.on_event("requeue", step, checkpointed=ok, stall_s=round(report.stall_s, 4))
+        self.on_event(MetricEvent.REQUEUE, step, checkpointed=ok, stall_s=round(report.stall_s, 4))
         raise SystemExit(exitcodes.TRAIN_CHECKPOINTED_REQUEUE)
 
     def prepare(self, state: Mapping[str, Any], rank_state: Any = None) -> None:
@@ -314,9 +329,9 @@ class AsyncCheckpointer:
         self.results.append(result)
         if error is not None:
             log.error("checkpoint step %d failed: %s", step, error)
-            self.on_event("checkpoint_error", step, error=error)
+            self.on_event(MetricEvent.CHECKPOINT_ERROR, step, error=error)
         elif committed:
-            self.on_event("checkpoint", step, path=str(step_path), bytes=total,
+            self.on_event(MetricEvent.CHECKPOINT, step, path=str(step_path), bytes=total,
                           persist_s=round(result.persist_s, 4))
 
     def _gather(self, mine: Any) -> list | None:
@@ -379,7 +394,7 @@ class AsyncCheckpointer:
         """
         self.wait()
         if resume_from is None:
-            resume_from = os.environ.get("ACME_RESUME_FROM", "")
+            resume_from = os.environ.get(ENV_RESUME_FROM, "")
         for path in self._candidates(resume_from, max_step):
             manifest = read_manifest(path)
             ok, loaded = 0, None
@@ -411,7 +426,8 @@ class AsyncCheckpointer:
 
     def _corrupt(self, path: Path, reason: str) -> None:
         log.warning("skipping checkpoint %s: %s", path, reason)
-        self.on_event("checkpoint_corrupt", step_of(path) or -1, path=str(path), reason=reason)
+        self.on_event(MetricEvent.CHECKPOINT_CORRUPT, step_of(path) or -1, path=str(path),
+                      reason=reason)
 
     def _load(self, path: Path, manifest: Manifest, into: dict | None) -> tuple[Any, Any]:
         if manifest.version == 1:
@@ -426,6 +442,6 @@ class AsyncCheckpointer:
                                DictShapes.from_json(manifest.extra.get("dicts")))
         except CorruptShard:
             raise
-        except (Exception, CheckpointException) as exc:  # noqa: BLE001 (any DCP refusal)
+        except (Exception, CheckpointException) as exc:
             raise CheckpointMismatch(f"checkpoint {path} does not fit: {describe(exc)}"
                                      ) from None

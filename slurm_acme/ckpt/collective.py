@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 from slurm_acme.ckpt.distenv import DistEnv, dist_env
+from slurm_acme.contracts import ENV_MASTER_ADDR, ENV_MASTER_PORT
 
 
 def is_distributed() -> bool:
@@ -22,7 +23,7 @@ def init_distributed(env: DistEnv | None = None, timeout_s: float = 300.0) -> Di
     """
     env = env or dist_env()
     if env.distributed and not dist.is_initialized():
-        missing = [v for v in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(v)]
+        missing = [v for v in (ENV_MASTER_ADDR, ENV_MASTER_PORT) if not os.environ.get(v)]
         if missing:
             raise RuntimeError(f"world size {env.world_size} but {', '.join(missing)} not set; "
                                "the launcher must export the rendezvous address")

@@ -90,7 +90,7 @@ def written_files(metadata: Metadata, rank: int) -> list[str]:
     """The files of a DCP checkpoint that `rank` wrote (rank 0 also wrote ``.metadata``)."""
     files = {info.relative_path for info in (metadata.storage_data or {}).values()}
     mine = sorted(f for f in files if f.startswith(f"__{rank}_"))
-    return mine + [METADATA_FILE] if rank == 0 else mine
+    return [*mine, METADATA_FILE] if rank == 0 else mine
 
 
 def save(step_path: Path, state: dict, *, rank: int, world_size: int, group: Any,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurm_acme.ckpt.distenv import dist_env, node_name
+from slurm_acme.contracts import ENV_FAULTS
 
 KINDS = ("raise", "hang", "nan", "spike")
 KEYS = ("step", "rank", "node", "attempt", "message", "factor")
@@ -95,7 +96,7 @@ class FaultInjector:
     def from_env(cls, env: Mapping[str, str] | None = None) -> FaultInjector:
         env = os.environ if env is None else env
         attempt = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
-        return cls(parse_faults(env.get("ACME_FAULTS", "")), dist_env(env).rank,
+        return cls(parse_faults(env.get(ENV_FAULTS, "")), dist_env(env).rank,
                    node_name(env), attempt)
 
     def _matching(self, step: int, *kinds: str) -> list[Fault]:

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from slurm_acme import exitcodes
 from slurm_acme.ckpt import collective
 from slurm_acme.ckpt.metrics import MetricsWriter
+from slurm_acme.contracts import MetricEvent
 
 
 class Verdict(enum.IntEnum):
@@ -26,8 +27,9 @@ class Verdict(enum.IntEnum):
     NAN = 2
 
     @property
-    def event(self) -> str:
-        return {Verdict.OK: "step", Verdict.SPIKE: "spike", Verdict.NAN: "nan"}[self]
+    def event(self) -> MetricEvent:
+        return {Verdict.OK: MetricEvent.STEP, Verdict.SPIKE: MetricEvent.SPIKE,
+                Verdict.NAN: MetricEvent.NAN}[self]
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class LossSpikeGuard:
             self.ema = loss if self.ema is None else (
                 self.ema_beta * self.ema + (1 - self.ema_beta) * loss)
             self.seen += 1
-            self.metrics.write("step", step, loss, **fields)
+            self.metrics.write(MetricEvent.STEP, step, loss, **fields)
         else:
             self.metrics.write(verdict.event, step, loss, ema=self.ema, ratio=self.ratio,
                                **fields)

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slurm_acme.contracts import ENV_METRICS_FILE, MetricEvent
+
 
 class MetricsWriter:
     """Appends this rank's metrics lines: the supervisor's heartbeat and event feed.
@@ -36,13 +38,14 @@ class MetricsWriter:
     @classmethod
     def from_env(cls, rank: int) -> MetricsWriter:
         """The writer the supervisor asked for (``$ACME_METRICS_FILE``), or a silent one."""
-        return cls(os.environ.get("ACME_METRICS_FILE") or None, rank)
+        return cls(os.environ.get(ENV_METRICS_FILE) or None, rank)
 
-    def write(self, event: str, step: int, loss: float | None = None, **fields: Any) -> None:
+    def write(self, event: str | MetricEvent, step: int, loss: float | None = None,
+              **fields: Any) -> None:
         """One line: `event` (step, checkpoint, resume, skip, spike, nan, requeue, done,
         ...) at `step`, with `loss` and any extra JSON-serialisable fields."""
         record: dict[str, Any] = {"step": step, "loss": loss, "time": time.time(),
-                                  "event": event, "rank": self.rank}
+                                  "event": str(event), "rank": self.rank}
         if loss is not None and not math.isfinite(loss):
             record["loss"] = None
             record["loss_str"] = "nan" if math.isnan(loss) else "inf"

@@ -11,6 +11,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from slurm_acme.contracts import ENV_SKIP_STEPS
+
 
 @dataclass(frozen=True)
 class StepRanges:
@@ -25,7 +27,7 @@ class StepRanges:
         return ",".join(f"{lo}-{hi}" for lo, hi in self.ranges)
 
 
-def parse_step_ranges(text: str, name: str = "ACME_SKIP_STEPS") -> StepRanges:
+def parse_step_ranges(text: str, name: str = ENV_SKIP_STEPS) -> StepRanges:
     ranges = []
     for part in text.split(","):
         part = part.strip()
@@ -52,4 +54,4 @@ def skip_steps_from_env(env: Mapping[str, str] | None = None) -> StepRanges:
     the bad part.
     """
     env = os.environ if env is None else env
-    return parse_step_ranges(env.get("ACME_SKIP_STEPS", ""))
+    return parse_step_ranges(env.get(ENV_SKIP_STEPS, ""))

@@ -107,7 +107,7 @@ def stage(state: Mapping[str, Any], arena: HostArena) -> Staged:
                                     f"{_dotted(path)}: use plain tensors or DTensors "
                                     "(FSDP2), e.g. a full or DTensor state dict")
                 fixups.append((into, key, len(sources), obj))
-                sources.append(obj._local_tensor)
+                sources.append(obj._local_tensor)  # type: ignore[attr-defined]
             elif obj.layout is not torch.strided:
                 raise TypeError(f"cannot checkpoint a {obj.layout} tensor at "
                                 f"{_dotted(path)}: DCP saves dense tensors")

@@ -22,7 +22,7 @@ def _tensors() -> list[torch.Tensor]:
 def test_snapshot_copies_every_dtype_and_shape() -> None:
     src = _tensors()
     out = HostArena(threads=1).snapshot(src)
-    for a, b in zip(src, out):
+    for a, b in zip(src, out, strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
 
 
@@ -69,7 +69,7 @@ def test_threaded_copy_splits_large_tensors_and_is_exact(monkeypatch: pytest.Mon
     arena = HostArena(threads=3)
     out = arena.snapshot(src)
     assert arena._pool is not None  # the threads did run
-    assert all(torch.equal(a, b) for a, b in zip(src, out))
+    assert all(torch.equal(a, b) for a, b in zip(src, out, strict=True))
     arena.release()
 
 

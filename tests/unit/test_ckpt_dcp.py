@@ -115,7 +115,7 @@ def _assert_same(a, b) -> None:  # type: ignore[no-untyped-def]
             _assert_same(a[k], b[k])
     elif isinstance(a, (list, tuple)):
         assert type(a) is type(b) and len(a) == len(b)
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=True):
             _assert_same(x, y)
     else:
         assert type(a) is type(b) and a == b
@@ -145,7 +145,7 @@ def test_an_optimizer_resumed_without_a_template_continues_exactly(tmp_path: Pat
         o.zero_grad()
         m(batch).pow(2).mean().backward()
         o.step()
-    for a, b in zip(model.parameters(), model2.parameters()):
+    for a, b in zip(model.parameters(), model2.parameters(), strict=True):
         assert torch.equal(a, b)
 
 
@@ -156,7 +156,7 @@ def test_resume_into_a_template_loads_in_place(tmp_path: Path) -> None:
     template = {"model": fresh.state_dict()}
     resumed = AsyncCheckpointer(tmp_path).resume(resume_from="", into=template)
     assert resumed is not None and resumed.state is template and resumed.rank_state == {"seed": 1}
-    for a, b in zip(model.parameters(), fresh.parameters()):
+    for a, b in zip(model.parameters(), fresh.parameters(), strict=True):
         assert torch.equal(a, b)  # the module's own tensors were filled
 
 
@@ -226,6 +226,6 @@ def test_resume_never_runs_code_from_a_checkpoint(tmp_path: Path,
     manifest = Manifest(step=1, format="dcp", world_size=1, created_ts=time.time(),
                         shards=tuple(shards))
     (step_dir / MANIFEST_NAME).write_text(manifest.to_json())
-    with pytest.raises(CheckpointMismatch, match="Unpickl|weights_only|Weights only"):
+    with pytest.raises(CheckpointMismatch, match=r"Unpickl|weights_only|Weights only"):
         AsyncCheckpointer(tmp_path / "ckpt").resume(resume_from="")
     assert not marker.exists()

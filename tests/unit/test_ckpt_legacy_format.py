@@ -42,7 +42,7 @@ def _assert_same(a, b) -> None:  # type: ignore[no-untyped-def]
             _assert_same(a[k], b[k])
     elif isinstance(a, (list, tuple)):
         assert type(a) is type(b) and len(a) == len(b)
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=True):
             _assert_same(x, y)
     else:
         assert a == b
