@@ -248,3 +248,38 @@ def test_prepare_allocates_the_arena_so_the_first_save_reuses_it(tmp_path: Path)
     assert ck.arena.buffer.data_ptr() == buf and ck.arena.reallocations == 1
     assert ck.wait().committed  # type: ignore[union-attr]
     assert torch.equal(ck.resume(resume_from="").state["w"], torch.full((1000,), 1.0))
+
+
+def test_defaults_come_from_the_supervisors_environment(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACME_CKPT_DIR", str(tmp_path / "from-env"))
+    monkeypatch.setenv("ACME_CKPT_KEEP", "2")
+    monkeypatch.setenv("ACME_CKPT_INTERVAL", "25")
+    ck = AsyncCheckpointer()
+    assert ck.ckpt_dir == tmp_path / "from-env" and ck.keep == 2 and ck.background
+    assert [s for s in range(1, 80) if ck.due(s)] == [25, 50, 75]
+    monkeypatch.setenv("ACME_CKPT_KEEP", "two")
+    with pytest.raises(ValueError, match="ACME_CKPT_KEEP='two' is not an integer"):
+        AsyncCheckpointer()
+    monkeypatch.delenv("ACME_CKPT_DIR")
+    with pytest.raises(ValueError, match="set ACME_CKPT_DIR"):
+        AsyncCheckpointer(keep=1)
+
+
+def test_checkpoint_async_false_makes_save_return_after_the_commit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACME_CKPT_ASYNC", "0")
+    ck = AsyncCheckpointer(tmp_path)
+    assert not ck.background
+    ck.save(3, _state(3.0))
+    assert [r.step for r in list_checkpoints(tmp_path)] == [3]  # no wait() needed
+
+
+def test_save_and_requeue_commits_reports_and_exits_76(tmp_path: Path) -> None:
+    events: list[tuple] = []
+    ck = AsyncCheckpointer(tmp_path, on_event=lambda e, s, **kw: events.append((e, s, kw)))
+    with pytest.raises(SystemExit) as exit_info:
+        ck.save_and_requeue(9, _state(9.0))
+    assert exit_info.value.code == 76
+    assert [r.step for r in list_checkpoints(tmp_path)] == [9]
+    assert events[-1][0] == "requeue" and events[-1][1] == 9 and events[-1][2]["checkpointed"]
