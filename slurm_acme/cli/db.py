@@ -35,3 +35,20 @@ def info(app: AppContext, as_json: bool) -> None:
     store = app.store(readonly=True)
     data = {"url": store.shown_url, "dialect": store.dialect, "schema_version": schema_version(store)}
     click.echo(json.dumps(data) if as_json else "\n".join(f"{k}: {v}" for k, v in data.items()))
+
+
+@db.command("grant")
+@click.argument("role")
+@click.option("--admin", is_flag=True, help="An admin role: every table, all rows (needs BYPASSRLS).")
+@pass_app
+def grant(app: AppContext, role: str, admin: bool) -> None:
+    """Give a Postgres ROLE the privileges slurm-acme's users (or admins) need.
+
+    Users see only their own rows (row-level security keyed on the role name =
+    Slurm user name); re-applied after every schema upgrade.
+    """
+    from slurm_acme.store.security import grant_role
+
+    store = app.store()
+    grant_role(store, role, admin=admin)
+    click.echo(f"granted {'admin' if admin else 'user'} privileges to {role} on {store.shown_url}")

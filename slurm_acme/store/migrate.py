@@ -59,11 +59,22 @@ def _add_eval_runs_user(conn: Connection) -> None:
         conn.execute(text('ALTER TABLE eval_runs ADD COLUMN "user" VARCHAR(64)'))
 
 
+def _row_security(conn: Connection) -> None:
+    from slurm_acme.store.security import apply_row_security
+
+    apply_row_security(conn)
+
+
+#: From this version on, policies and grants are re-applied after every migration
+#: (a table a later migration adds gets its policy and its grants too).
+ROW_SECURITY_FROM = 5
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _create_initial),
     Migration(2, "hourly telemetry rollups", _hourly_rollups),
     Migration(3, "raw telemetry samples in day partitions (Postgres)", _day_partitions),
     Migration(4, "eval_runs.user (owner of an evaluation)", _add_eval_runs_user),
+    Migration(5, "row-level security keyed on the Slurm user (Postgres)", _row_security),
 )
 
 LATEST = MIGRATIONS[-1].version
@@ -119,11 +130,15 @@ def upgrade(store: Store) -> int:
 
 def _apply_pending(conn: Connection) -> int:
     version = current_version(conn)
+    applied = []
     for migration in MIGRATIONS:
         if migration.version > version:
             migration.apply(conn)
             version = migration.version
+            applied.append(version)
             _set_version(conn, version)
+    if applied and applied[-1] > ROW_SECURITY_FROM:
+        _row_security(conn)
     return version
 
 
