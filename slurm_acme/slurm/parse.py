@@ -1,10 +1,17 @@
 """Pure parsers of Slurm's output into records. No I/O, no subprocesses.
 
 One set of functions reads every JSON layout from Slurm 22.05 (OpenAPI
-v0.0.38) on. Newer layouts wrap numbers as ``{"set", "infinite", "number"}``
-objects, turn states into lists and nest exit codes; the small helpers
-:func:`number`, :func:`exit_status` and :func:`gpus_in_tres` absorb those
-differences so the record builders stay flat.
+v0.0.38) to 24.11 (data_parser v0.0.42). Newer layouts wrap numbers as
+``{"set", "infinite", "number"}`` objects, turn states into lists and nest
+exit codes; the small helpers :func:`number`, :func:`timestamp`,
+:func:`exit_status` and :func:`gpus_in_tres` absorb those differences so the
+record builders stay flat.
+
+Slurm's "no value" markers never leave this module as values: the NO_VAL and
+INFINITE sentinels of 16-, 32- and 64-bit fields (``4294967294`` as the start
+of a job that never started), negative TRES counts (``energy=-2``, the 64-bit
+NO_VAL printed signed), ``(null)`` in text, and times derived from a sentinel
+(a pending job's end in the year 2163) all become ``None`` or ``''``.
 """
 
 from __future__ import annotations
@@ -44,10 +51,23 @@ def plugin_version(doc: Doc) -> str:
     return str(plugin.get("type") or "")
 
 
-def number(value: Any) -> int | None:
+#: Slurm's "no value" (NO_VAL*) and "unlimited" (INFINITE*) markers, by field width (slurm.h).
+NO_VAL16, INFINITE16 = 0xFFFE, 0xFFFF
+NO_VAL, INFINITE = 0xFFFF_FFFE, 0xFFFF_FFFF
+NO_VAL64, INFINITE64 = 0xFFFF_FFFF_FFFF_FFFE, 0xFFFF_FFFF_FFFF_FFFF
+_SENTINELS = {
+    64: frozenset({NO_VAL64, INFINITE64}),
+    32: frozenset({NO_VAL, INFINITE, NO_VAL64, INFINITE64}),
+    16: frozenset({NO_VAL16, INFINITE16, NO_VAL, INFINITE, NO_VAL64, INFINITE64}),
+}
+
+
+def number(value: Any, bits: int = 32) -> int | None:
     """A plain number or a ``{"set": ..., "infinite": ..., "number": N}`` object.
 
-    Unset and infinite values are ``None``.
+    Unset and infinite values are ``None``, and so are Slurm's sentinels for a
+    field of ``bits`` width or wider: a 32-bit field's NO_VAL ``4294967294``
+    is "no value", while in a 64-bit field (a TRES count, memory) it is a number.
     """
     if isinstance(value, Mapping):
         if not value.get("set", True) or value.get("infinite", False):
@@ -55,17 +75,25 @@ def number(value: Any) -> int | None:
         value = value.get("number")
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, (int, float)):
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
+    numeric_text = isinstance(value, str) and value.strip().lstrip("-").isdigit()
+    if isinstance(value, float) or numeric_text:
+        value = int(value)
+    if not isinstance(value, int):
+        return None
+    return None if value in _SENTINELS[bits] else value
 
 
 def timestamp(value: Any) -> datetime | None:
-    """Epoch seconds (plain or number object) as an aware UTC datetime; 0 is ``None``."""
-    seconds = number(value)
-    return datetime.fromtimestamp(seconds, tz=timezone.utc) if seconds else None
+    """Epoch seconds (plain or number object) as an aware UTC datetime.
+
+    0 (never) is ``None``, and so is anything from NO_VAL on (the year 2106):
+    Slurm's sentinels and the "ends" it derives from them by adding a time
+    limit (a pending job's ``end_time`` of 6091078544) are no moments.
+    """
+    seconds = number(value, bits=64)
+    if seconds is None or seconds <= 0 or seconds >= NO_VAL:
+        return None
+    return datetime.fromtimestamp(seconds, tz=timezone.utc)
 
 
 def exit_status(value: Any) -> tuple[int, int | None]:
@@ -92,41 +120,59 @@ def as_text(value: Any) -> str:
     return str(value)
 
 
+def tres_amount(value: Any) -> int | None:
+    """One TRES count (a 64-bit field): sentinels and negative counts are ``None``.
+
+    24.11 prints an energy count it never measured as ``-2`` (NO_VAL64, signed).
+    """
+    count = number(value, bits=64)
+    return None if count is None or count < 0 else count
+
+
+#: A GPU count in any TRES text form: ``gres/gpu=16`` (AllocTRES, tres_alloc_str),
+#: ``gres:gpu:8`` / ``gres/gpu:a100=4`` / ``gres:gpu:a100:2`` (TresPerNode, 22.05 and 24.11).
+_GPU_TRES = re.compile(r"(?:^|,)gres[:/]gpu(?::[^:=,\s]+)?[:=](\d+)(?=$|[,(\s])")
+
+
 def gpus_in_tres(tres: Any) -> int | None:
     """GPU count in a TRES list (``[{"type": "gres", "name": "gpu", "count": 16}]``)
-    or string (``cpu=2,gres/gpu=16``); typed entries (``gres/gpu:a100``) are not double counted.
+    or string (``cpu=2,gres/gpu=16``, a TresPerNode ``gres:gpu:8``); typed entries
+    (``gres/gpu:a100``) after the plain one are not double counted.
     """
     if isinstance(tres, str):
-        match = re.search(r"(?:^|,)gres/gpu=(\d+)", tres)
+        match = _GPU_TRES.search(tres.strip())
         return int(match.group(1)) if match else None
     for item in tres or ():
         if item.get("type") == "gres" and item.get("name") == "gpu":
-            return number(item.get("count"))
+            return tres_amount(item.get("count"))
     return None
 
 
 def tres_count(tres: Any, kind: str) -> int | None:
     for item in tres or ():
         if item.get("type") == kind and not item.get("name"):
-            return number(item.get("count"))
+            return tres_amount(item.get("count"))
     return None
 
 
 def tres_string(tres: Any) -> str:
-    """Render a TRES list the way sacct's AllocTRES column does."""
+    """Render a TRES list the way sacct's AllocTRES column does: sorted, no unset counts."""
     parts = []
     for item in tres or ():
-        count = number(item.get("count"))
+        count = tres_amount(item.get("count"))
         if count is None:
             continue
-        kind = item.get("type", "")
-        parts.append(f"{kind}/{item['name']}={count}" if item.get("name") else f"{kind}={count}")
-    return ",".join(parts)
+        kind = as_text(item.get("type"))
+        name = as_text(item.get("name"))
+        parts.append(f"{kind}/{name}={count}" if name else f"{kind}={count}")
+    return ",".join(sorted(parts))
 
 
 def _array(job_id: Any, task_id: Any) -> tuple[str | None, int | None]:
     array_id = number(job_id)
-    return (str(array_id) if array_id else None), number(task_id)
+    if not array_id:
+        return None, None
+    return str(array_id), number(task_id)
 
 
 # -------------------------------------------------------------------- sacct
@@ -181,7 +227,7 @@ def _sacct_job(raw: Doc, extra_rows: int) -> SacctJob:
         state=JobState.parse(state.get("current") if isinstance(state, Mapping) else state),
         exit_code=code,
         signal=sig,
-        restarts=max(number(raw.get("restart_cnt")) or 0, extra_rows),
+        restarts=max(number(raw.get("restart_cnt"), bits=16) or 0, extra_rows),
         array_job_id=array_id,
         array_task_id=task_id,
         alloc_tres=tres_string(tres.get("allocated")),
@@ -215,16 +261,31 @@ def parse_squeue_json(text: str | Doc) -> list[QueueJob]:
     return [_queue_job(raw) for raw in load_json(text, "squeue").get("jobs") or ()]
 
 
+def _queue_end(raw: Doc, state: JobState) -> datetime | None:
+    """When the job ended or must end; ``None`` where Slurm only extrapolates.
+
+    squeue's ``end_time`` of a pending job is its expected start plus its time
+    limit (NO_VAL for an unlimited one: the year 2163), and a running job with
+    no limit gets start + 365 days; ``scontrol`` says ``EndTime=Unknown`` to both.
+    """
+    if state is JobState.PENDING:
+        return None
+    if not state.is_terminal() and number(raw.get("time_limit")) is None:
+        return None
+    return timestamp(raw.get("end_time"))
+
+
 def _queue_job(raw: Doc) -> QueueJob:
     exit_raw = raw.get("exit_code")
     array_id, task_id = _array(raw.get("array_job_id"), raw.get("array_task_id"))
+    state = JobState.parse(raw.get("job_state"))
     return QueueJob(
         job_id=str(number(raw.get("job_id"))),
         name=as_text(raw.get("name")),
         user=as_text(raw.get("user_name")),
         partition=as_text(raw.get("partition")),
         account=as_text(raw.get("account")),
-        state=JobState.parse(raw.get("job_state")),
+        state=state,
         reason=as_text(raw.get("state_reason")),
         nodes=number(raw.get("node_count")) or 0,
         nodelist=as_text(raw.get("nodes")),
@@ -234,8 +295,8 @@ def _queue_job(raw: Doc) -> QueueJob:
         comment=as_text(raw.get("comment")),
         submit=timestamp(raw.get("submit_time")),
         start=timestamp(raw.get("start_time")),
-        end=timestamp(raw.get("end_time")),
-        restarts=number(raw.get("restart_cnt")) or 0,
+        end=_queue_end(raw, state),
+        restarts=number(raw.get("restart_cnt"), bits=16) or 0,
         array_job_id=array_id,
         array_task_id=task_id,
         exit_code=None if exit_raw is None else exit_status(exit_raw)[0],
@@ -251,7 +312,8 @@ def _records(text: str, first_key: str) -> list[dict[str, str]]:
     """``Key=Value`` records of ``scontrol show ... [-o]`` (one line or one block each).
 
     A value may contain spaces (job names, paths, the OS string); a new field
-    starts where a ``Key=`` follows whitespace. A repeated key keeps its first value.
+    starts where a ``Key=`` follows whitespace. A repeated key keeps its first
+    value; ``(null)`` is ''.
     """
     records = []
     for block in re.split(rf"(?:^|\s)(?={first_key}=)", text):
@@ -261,7 +323,7 @@ def _records(text: str, first_key: str) -> list[dict[str, str]]:
         fields: dict[str, str] = {}
         for token in _KEY.split(block):
             key, _, value = token.partition("=")
-            fields.setdefault(key, value.strip())
+            fields.setdefault(key, as_text(value.strip()))
         records.append(fields)
     return records
 
@@ -276,13 +338,29 @@ def parse_scontrol_show_node(text: str) -> list[ScontrolNode]:
     return [ScontrolNode(fields=f) for f in _records(text, "NodeName")]
 
 
+_CONFIG_LINE = re.compile(r"^(\w+)(?:\[(\d+)\])?\s*=\s?(.*)$")
+
+
 def parse_scontrol_show_config(text: str) -> dict[str, str]:
-    """``scontrol show config``: ``Key = Value`` lines (first wins); ``(null)`` is ''."""
+    """``scontrol show config``: ``Key = Value`` lines (first wins); ``(null)`` is ''.
+
+    Keys Slurm prints with an index (``SlurmctldHost[0]``, and from 24.11
+    ``Prolog[0]``, ``Epilog[0]``) come back under their plain name, several
+    indices joined by commas as slurm.conf writes them (``Prolog=/a,/b``).
+    """
     config: dict[str, str] = {}
+    indexed: dict[str, dict[int, str]] = {}
     for line in text.splitlines():
-        match = re.match(r"^(\w+)\s*=\s?(.*)$", line)
-        if match:
-            config.setdefault(match.group(1), as_text(match.group(2).strip()))
+        match = _CONFIG_LINE.match(line)
+        if not match:
+            continue
+        key, index, value = match.group(1), match.group(2), as_text(match.group(3).strip())
+        if index is None:
+            config.setdefault(key, value)
+        else:
+            indexed.setdefault(key, {}).setdefault(int(index), value)
+    for key, values in indexed.items():
+        config.setdefault(key, ",".join(v for _, v in sorted(values.items()) if v))
     return config
 
 

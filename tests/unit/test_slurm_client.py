@@ -98,11 +98,11 @@ def test_sacct_2205_patches_exit_codes_with_a_second_listing():
     assert next(j for j in jobs if j.name == "failer").exit_code == 3
 
 
-def test_sacct_2311_needs_one_call():
-    slurm, runner = client((FIXTURES / "23.11" / "sacct.json").read_text())
+def test_sacct_2411_needs_one_call_its_json_exit_codes_are_right():
+    slurm, runner = client((FIXTURES / "24.11" / "sacct_json_X_window.json").read_text())
     jobs = slurm.sacct(datetime(2026, 11, 30, tzinfo=timezone.utc), all_users=False)
     assert len(runner.calls) == 1 and "-a" not in runner.calls[0]["argv"]
-    assert next(j for j in jobs if j.name == "failer").exit_code == 3
+    assert next(j for j in jobs if j.name == "fail3").exit_code == 3
 
 
 def test_squeue_filters_client_side_too():

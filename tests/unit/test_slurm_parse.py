@@ -1,4 +1,5 @@
-"""Parsers on verbatim 22.05 output and on the 23.11 (v0.0.40) layout."""
+"""Parsers on verbatim 22.05 output, and on the two hand-written 23.11 records the real
+captures lack (the real 24.11 captures are tested in test_slurm_parse_2411.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 from slurm_acme.slurm import JobState, SlurmParseError, parse
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "slurm"
-VERSIONS = ["22.05", "23.11"]
+VERSIONS = ["22.05"]
+HANDWRITTEN = "23.11-handwritten"
 
 
 def fixture(version: str, name: str) -> str:
@@ -79,14 +81,16 @@ def test_sacct_job_ids_are_text_and_unique(sacct_jobs):
     assert len(ids) == len(set(ids))
 
 
-def test_sacct_2311_signal_and_never_started_job():
-    jobs = parse.parse_sacct_json(fixture("23.11", "sacct.json"))
-    oom = by_name(jobs, "oom")
+def test_sacct_2311_out_of_memory_kill_has_a_signal_and_no_return_code():
+    [oom] = parse.parse_sacct_json(fixture(HANDWRITTEN, "sacct.json"))
     assert (oom.state, oom.exit_code, oom.signal) == (JobState.OUT_OF_MEMORY, 0, 9)
-    never = by_name(jobs, "never ran")
-    assert never.start is None and never.nodelist == "" and never.nodes == 0
-    assert never.gpus == 8  # requested, since nothing was allocated
-    assert by_name(jobs, "failer").exit_code == 3
+    assert oom.state.is_failed() and oom.state.is_terminal()
+
+
+def test_squeue_2311_state_list_with_a_flag_reads_the_base_state():
+    [job] = parse.parse_squeue_json(fixture(HANDWRITTEN, "squeue.json"))
+    assert job.state is JobState.PENDING and job.restarts == 2
+    assert job.end is None
 
 
 def test_sacct_2205_json_exit_codes_are_patched_from_the_plain_listing():
@@ -165,6 +169,63 @@ def test_exit_status_reads_every_layout(value, expected):
     assert parse.exit_status(value) == expected
 
 
+@pytest.mark.parametrize("sentinel", [
+    parse.NO_VAL, parse.INFINITE, parse.NO_VAL64, parse.INFINITE64,
+    {"set": True, "infinite": False, "number": parse.NO_VAL},
+])
+def test_number_maps_32_and_64_bit_sentinels_to_none(sentinel):
+    assert parse.number(sentinel) is None
+
+
+def test_number_16_bit_sentinels_only_in_16_bit_fields():
+    assert parse.number(parse.NO_VAL16, bits=16) is None
+    assert parse.number(parse.INFINITE16, bits=16) is None
+    assert parse.number(parse.NO_VAL16) == 65534  # a 32-bit field may hold it
+    assert parse.number(parse.NO_VAL, bits=64) == parse.NO_VAL  # a 64-bit count may too
+    assert parse.number(parse.NO_VAL64, bits=64) is None
+
+
+@pytest.mark.parametrize(("count", "expected"), [
+    (-2, None), (-1, None), (parse.NO_VAL64, None), ({"set": False, "number": 0}, None),
+    (0, 0), (parse.NO_VAL, parse.NO_VAL), (256000, 256000),
+])
+def test_tres_amount_drops_negative_and_unset_counts(count, expected):
+    assert parse.tres_amount(count) == expected
+
+
+@pytest.mark.parametrize("value", [parse.NO_VAL, parse.INFINITE, 6091078544, -1, parse.NO_VAL64])
+def test_timestamp_of_a_sentinel_or_a_time_derived_from_one_is_none(value):
+    assert parse.timestamp(value) is None
+
+
+def test_tres_string_is_sorted_like_sacct_and_skips_unset_counts():
+    tres = [{"type": "cpu", "name": "", "count": 1}, {"type": "energy", "name": "", "count": -2},
+            {"type": "gres", "name": "gpu", "count": 8}, {"type": "billing", "name": None, "count": 1}]
+    assert parse.tres_string(tres) == "billing=1,cpu=1,gres/gpu=8"
+
+
+@pytest.mark.parametrize(("text", "gpus"), [
+    ("cpu=2,gres/gpu=16", 16), ("gres:gpu:8", 8), ("gres/gpu:3", 3), ("gres/gpu:a100=4", 4), ("gres:gpu:a100:2", 2),
+    ("gres/gpu=4,gres/gpu:a100=4", 4), ("cpu=2,mem=1G", None), ("", None), ("gres/gpumem=8", None),
+])
+def test_gpus_in_tres_reads_every_text_form(text, gpus):
+    assert parse.gpus_in_tres(text) == gpus
+
+
+def test_config_keys_with_an_index_come_back_under_their_name():
+    text = ("Prolog[0]               = /a/prolog\nProlog[1]               = /b/prolog\n"
+            "SlurmctldHost[0]        = vm(127.0.0.1)\nJobContainerType        = (null)\n"
+            "Slurmctld(primary) at vm is UP\n")
+    config = parse.parse_scontrol_show_config(text)
+    assert config == {"Prolog": "/a/prolog,/b/prolog", "SlurmctldHost": "vm(127.0.0.1)",
+                      "JobContainerType": ""}
+
+
+def test_scontrol_records_turn_null_into_empty_text():
+    [job] = parse.parse_scontrol_show_job("JobId=5 JobName=x Comment=(null) NodeList=(null)")
+    assert job.get("Comment") == "" and job.comment == "" and job.nodelist == ""
+
+
 def test_timestamp_zero_is_none_and_values_are_utc():
     assert parse.timestamp(0) is None
     assert parse.timestamp({"set": True, "number": 86400}) == datetime(1970, 1, 2, tzinfo=timezone.utc)
@@ -194,6 +255,8 @@ def test_scontrol_show_node_with_spaces_in_the_os_field():
 def test_scontrol_show_config():
     config = parse.parse_scontrol_show_config(fixture("22.05", "scontrol_show_config.txt"))
     assert config["ClusterName"] == "acme"
+    assert config["Prolog"].endswith("/acme-prolog") and config["SlurmctldHost"] == "vm(127.0.0.1)"
+    assert config["JobContainerType"] == "job_container/none"
     assert config["AccountingStoreFlags"] == "job_comment"
     assert config["TaskEpilog"] == "" and config["SuspendRate"] == "60 nodes/min"
 
