@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,71 @@ def test_down_stops_this_clusters_collectors_and_only_those(tmp_path):
         for proc in (ours, theirs):
             proc.kill()
             proc.wait()
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_cgroup_conf_only_where_slurm_needs_it():
+    script = load_script()
+    assert script.cgroup_conf((22, 5)) is None
+    assert "CgroupPlugin=disabled" in script.cgroup_conf((24, 11)).splitlines()
+
+
+def fake_root(path: Path, commands=("sacct", "sbatch")) -> Path:
+    """A folder that looks like a finished root to the script (no real system in it)."""
+    (path / "usr" / "bin").mkdir(parents=True)
+    for name in commands:
+        (path / "usr" / "bin" / name).write_text("")
+    (path / ".acme-slurm-root").write_text("recipe=1\n")
+    return path
+
+
+def test_wrappers_run_each_command_of_the_root_and_bind_the_clone(tmp_path):
+    script = load_script()
+    root = fake_root(tmp_path / "a root's 'dir'")
+    spec = script.Spec(dir=tmp_path / "c", nodes=1, gpus=0, cpus=1, memory_mb=100, port_base=30000,
+                       name="t", slurm_root=str(root))
+    enter = script.write_wrappers(spec)
+    assert sorted(p.name for p in spec.bin.iterdir()) == ["in-slurm-root", "sacct", "sbatch"]
+    wrapper = (spec.bin / "sacct").read_text()
+    assert "exec /usr/bin/sacct" in wrapper and str(enter) in wrapper
+    text = enter.read_text()
+    assert subprocess.run(["sh", "-n", str(enter)], check=False).returncode == 0
+    [assign] = [line for line in text.splitlines() if line.startswith("r=")]
+    shown = subprocess.run(["sh", "-c", f'{assign}; printf %s "$r"'], capture_output=True, text=True,
+                           check=True).stdout
+    assert shown == str(root)
+    assert f"mount --bind {SCRIPT.parent.parent}" in text
+    hosts = (spec.etc / "hosts").read_text().split()
+    assert socket.gethostname().split(".")[0] in hosts
+
+
+def test_up_refuses_a_root_that_is_not_finished(tmp_path):
+    (tmp_path / "root").mkdir()
+    proc = run_script("up", "--dir", str(tmp_path / "c"), "--slurm-root", str(tmp_path / "root"))
+    assert proc.returncode == 1 and "not a finished Slurm root" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_up_refuses_to_switch_a_folder_to_another_slurm(tmp_path):
+    folder = tmp_path / "c"
+    folder.mkdir()
+    (folder / "cluster.json").write_text('{"nodes": 1, "gpus": 0, "slurm_root": ""}')
+    root = fake_root(tmp_path / "root")
+    proc = run_script("up", "--dir", str(folder), "--slurm-root", str(root))
+    assert proc.returncode == 1 and "down --purge" in proc.stderr
+    assert not (folder / "bin").exists()
+
+
+def test_env_of_a_root_cluster_puts_its_wrappers_first(tmp_path):
+    folder = tmp_path / "c"
+    folder.mkdir()
+    (folder / "cluster.json").write_text('{"nodes": 1, "gpus": 0, "slurm_root": "/r"}')
+    out = run_script("env", "--dir", str(folder)).stdout.splitlines()
+    assert out == [f"export SLURM_CONF={folder}/etc/slurm.conf", f'export PATH={folder}/bin:"$PATH"']
+    (folder / "cluster.json").write_text('{"nodes": 1, "gpus": 0}')
+    assert run_script("env", "--dir", str(folder)).stdout.splitlines() == [
+        f"export SLURM_CONF={folder}/etc/slurm.conf"]
