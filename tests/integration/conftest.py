@@ -6,6 +6,12 @@ those the folder's cluster already uses, else the first free base of
 ``PORT_BASES``, so a demo cluster on the default ports can keep running) and
 exports ``SLURM_CONF`` for the whole session. It is left running
 afterwards so the next run starts in a second; ``acme-cluster down`` stops it.
+
+The Slurm release is the host's (Debian 12: 22.05) unless ``ACME_SLURM_ROOT``
+names a root made by ``sbin/slurm-root`` (trixie: 24.11); then the cluster
+runs there and the folder's ``bin/`` (a wrapper per Slurm command) goes first
+on ``PATH`` for the session, so every test, the ``sacme`` CLI and the jobs run
+that release's commands. ``SlurmCluster.version`` says which one runs.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ class SlurmCluster:
     conf: Path
     nodes: tuple[str, ...]
     gpus_per_node: int
+    #: ``(major, minor)`` of the Slurm that runs, e.g. ``(24, 11)``.
+    version: tuple[int, int] = (0, 0)
 
     @property
     def env(self) -> dict[str, str]:
@@ -61,17 +69,21 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         pytest.fail(f"sbin/acme-cluster up failed:\n{proc.stderr[-3000:]}", pytrace=False)
     saved = _read_cluster_json(folder)
     conf = folder / "etc" / "slurm.conf"
-    previous = os.environ.get("SLURM_CONF")
+    previous = {key: os.environ.get(key) for key in ("SLURM_CONF", "PATH")}
     os.environ["SLURM_CONF"] = str(conf)
+    if saved.get("slurm_root"):
+        os.environ["PATH"] = f"{folder / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    major, _, minor = str(saved.get("slurm_version", "0.0")).partition(".")
     try:
         yield SlurmCluster(dir=folder, conf=conf,
                            nodes=tuple(f"node{i}" for i in range(1, saved["nodes"] + 1)),
-                           gpus_per_node=saved["gpus"])
+                           gpus_per_node=saved["gpus"], version=(int(major), int(minor)))
     finally:
-        if previous is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = previous
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _read_cluster_json(folder: Path) -> dict:

@@ -42,8 +42,12 @@ def test_requeue_hold_release_counts_a_restart(slurm, wait_job, tmp_path):  # ty
     job_id = slurm.sbatch(["-J", "door requeue", "-D", str(tmp_path), "-o", str(tmp_path / "out")],
                           "#!/bin/sh\nsleep 3\n")
     wait_for(lambda: slurm.show_job(job_id).state is JobState.RUNNING)
+    requeued_at = time.time()
     slurm.requeue(job_id, hold=True)
     wait_for(lambda: slurm.show_job(job_id).state is JobState.PENDING)
+    # slurmd revokes the first run's credential at the requeue, to the second: a
+    # relaunch within that second is "Job credential revoked" and the job FAILs.
+    wait_for(lambda: time.time() >= int(requeued_at) + 2)
     slurm.release(job_id)
     slurm.update_job(job_id, StartTime="now")
     job = wait_job(slurm, job_id, timeout=120)
