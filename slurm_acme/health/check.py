@@ -18,13 +18,10 @@ from slurm_acme.health.bisection import bisect
 from slurm_acme.health.faults import FAULT_ENV, parse_faults
 from slurm_acme.health.precheck import UNAVAILABLE, NodePrecheck
 from slurm_acme.health.records import Evidence, HealthReport
-from slurm_acme.health.steps import (
-    StepShape,
-    gpus_per_node_of,
-    precheck_step,
-    srun_env,
-)
+from slurm_acme.health.steps import StepShape, precheck_step
 from slurm_acme.health.transport import SrunTransport
+from slurm_acme.slurm.parse import gpus_in_tres
+from slurm_acme.slurm.steps import step_env
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +113,7 @@ def allocated_gpus_per_node(job_id: str | None) -> int | None:
         from slurm_acme.slurm import SlurmError, default_client
 
         try:
-            return gpus_per_node_of(default_client(timeout=30).show_job(job_id).get("TresPerNode"))
+            return gpus_in_tres(default_client(timeout=30).show_job(job_id).get("TresPerNode"))
         except SlurmError as exc:
             log.warning("health: cannot read job %s's GPUs per node: %s", job_id, exc)
     return None
@@ -150,7 +147,7 @@ def _prechecks(nodes: list[str], job_id: str | None, gpus: int | None,
     request, command = precheck_step(nodes, job_id=job_id, expect_gpus=gpus,
                                      timeout_s=PRECHECK_TIMEOUT_S)
     try:
-        step = run_step(request, command, timeout=PRECHECK_TIMEOUT_S, env=srun_env(os.environ))
+        step = run_step(request, command, timeout=PRECHECK_TIMEOUT_S, env=step_env(os.environ))
         stdout, failure = step.stdout, (step.stderr.strip().splitlines() or [""])[-1]
         if step.returncode == 0:
             failure = ""

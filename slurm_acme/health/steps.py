@@ -8,26 +8,11 @@ srun's argument list and launches it.
 from __future__ import annotations
 
 import math
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurm_acme.slurm.parse import node_addresses, parse_scontrol_show_node
-from slurm_acme.slurm.steps import SRUN_INPUT_VARS, StepRequest, step_argv
-from slurm_acme.slurm.steps import step_env as srun_env
-
-__all__ = [
-    "SRUN_INPUT_VARS",
-    "StepShape",
-    "gpus_per_node_of",
-    "pair_test_step",
-    "parse_node_addresses",
-    "precheck_step",
-    "srun_env",
-    "srun_precheck_argv",
-    "srun_test_argv",
-]
+from slurm_acme.slurm.steps import StepRequest
 
 
 @dataclass(frozen=True)
@@ -82,11 +67,6 @@ def pair_test_step(group: Sequence[str], *, port: int, master: str,
     return request, command
 
 
-def srun_test_argv(group: Sequence[str], *, port: int, master: str, shape: StepShape) -> list[str]:
-    """The srun argv of :func:`pair_test_step` (for logs and tests)."""
-    return step_argv(*pair_test_step(group, port=port, master=master, shape=shape))
-
-
 def precheck_step(nodes: Sequence[str], *, job_id: str | None, expect_gpus: int | None,
                   python: str = sys.executable, timeout_s: float = 60.0) -> tuple[StepRequest, list[str]]:
     """One step with one task per node running the node-local pre-checks."""
@@ -101,22 +81,3 @@ def precheck_step(nodes: Sequence[str], *, job_id: str | None, expect_gpus: int 
     return request, command
 
 
-def srun_precheck_argv(nodes: Sequence[str], *, job_id: str | None, expect_gpus: int | None,
-                       python: str = sys.executable, timeout_s: float = 60.0) -> list[str]:
-    """The srun argv of :func:`precheck_step`."""
-    return step_argv(*precheck_step(nodes, job_id=job_id, expect_gpus=expect_gpus, python=python,
-                                    timeout_s=timeout_s))
-
-
-def parse_node_addresses(text: str) -> dict[str, str]:
-    """``scontrol -o show node`` -> {node name: NodeAddr}, read by the door's parser."""
-    return node_addresses(parse_scontrol_show_node(text))
-
-
-_GPU_TRES = re.compile(r"gres[:/]gpu(?::[^:=,\s]+)?[:=](\d+)")
-
-
-def gpus_per_node_of(tres_per_node: str) -> int | None:
-    """GPUs per node from a job's ``TresPerNode`` (``gres:gpu:8``, ``gres/gpu:a100=4``)."""
-    match = _GPU_TRES.search(tres_per_node or "")
-    return int(match.group(1)) if match else None

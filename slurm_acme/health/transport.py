@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 from slurm_acme.errors import AcmeError
 from slurm_acme.health.records import TIMEOUT, TestResult
-from slurm_acme.health.steps import StepShape, pair_test_step, srun_env
-from slurm_acme.slurm.steps import start_step, step_argv
+from slurm_acme.health.steps import StepShape, pair_test_step
+from slurm_acme.slurm.steps import start_step, step_argv, step_env
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class SrunTransport:
         self.shape = shape
         self.addresses = dict(addresses)
         self.min_busbw = min_busbw
-        self.env = srun_env(os.environ if environ is None else environ)
+        self.env = step_env(os.environ if environ is None else environ)
         self.cancel_step = cancel_step
         self.ports = PortPicker()
 

@@ -191,10 +191,9 @@ class Slurm:
 
 
 def default_client(timeout: float = 60.0) -> Slurm:
-    """The client for this host.
+    """The client for this host: Slurm's own commands, whatever their release.
 
-    pyslurm is only safe when built for the cluster's libslurm major.minor;
-    :func:`pyslurm_matches` checks that. No pyslurm-backed methods exist yet, so
-    the CLI path serves every call either way, behind this same interface.
+    No pyslurm path: pyslurm on PyPI is built for libslurm 25.11 only, and no
+    Debian suite this project tests against ships 25.11 (README, "Slurm versions").
     """
     return Slurm(timeout=timeout)

@@ -1,4 +1,8 @@
-"""One vocabulary for job states, whatever form Slurm prints them in."""
+"""One vocabulary for job states, whatever form Slurm prints them in.
+
+The one owner of what "terminal" and "failed" mean for a Slurm job: the
+report's SQL (``store/report.py``) and every caller ask :class:`JobState`.
+"""
 
 from __future__ import annotations
 
@@ -52,8 +56,19 @@ class JobState(str, Enum):
         return self in _TERMINAL
 
     def is_failed(self) -> bool:
-        """True for the states the paper counts as failures."""
+        """True for the states the paper counts as failures.
+
+        AcmeTrace counts FAILED, TIMEOUT and NODE_FAIL; so do the other ways a
+        job ends unfinished for a reason of its own or of its nodes: out of
+        memory, a node that failed to boot, and a DEADLINE reached (a time
+        limit, as TIMEOUT). CANCELLED and PREEMPTED are somebody's decision.
+        """
         return self in _FAILED
+
+    @classmethod
+    def failed_states(cls) -> tuple[str, ...]:
+        """The names of :meth:`is_failed` states, sorted (for a query's ``IN``)."""
+        return tuple(sorted(s.value for s in _FAILED))
 
 
 _TERMINAL = frozenset({
@@ -63,7 +78,7 @@ _TERMINAL = frozenset({
 })
 _FAILED = frozenset({
     JobState.FAILED, JobState.TIMEOUT, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY,
-    JobState.BOOT_FAIL,
+    JobState.BOOT_FAIL, JobState.DEADLINE,
 })
 _SHORT = {
     "PD": "PENDING", "R": "RUNNING", "S": "SUSPENDED", "CG": "COMPLETING",

@@ -51,6 +51,7 @@ from sqlalchemy import (
     true,
 )
 
+from slurm_acme.slurm.states import JobState
 from slurm_acme.store.rollup_rows import RolledTelemetry, cluster_telemetry, jobs_telemetry
 from slurm_acme.store.schema.core import jobs
 from slurm_acme.store.schema.failures import failures
@@ -62,9 +63,8 @@ from slurm_acme.store.schema.report import (
     report_rollup_parts,
 )
 
-#: Slurm end states the paper counts as a failed job (TIMEOUT and NODE_FAIL
-#: included, as in AcmeTrace; the rest are Slurm's other abnormal ends).
-FAILED_STATES = ("FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
+#: Slurm end states the paper counts as a failed job; JobState.is_failed owns the list.
+FAILED_STATES = JobState.failed_states()
 #: Outcome classes of a job; ``other`` is running, pending, preempted, requeued.
 OUTCOMES = ("completed", "cancelled", "failed", "other")
 

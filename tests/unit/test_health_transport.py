@@ -17,15 +17,18 @@ import pytest
 
 import slurm_acme.health.transport as transport_module
 from slurm_acme.health.records import TIMEOUT
-from slurm_acme.health.steps import (
-    StepShape,
-    gpus_per_node_of,
-    parse_node_addresses,
-    srun_env,
-    srun_precheck_argv,
-    srun_test_argv,
-)
+from slurm_acme.health.steps import StepShape, pair_test_step, precheck_step
 from slurm_acme.health.transport import PortPicker, SrunTransport
+from slurm_acme.slurm.parse import gpus_in_tres, node_addresses, parse_scontrol_show_node
+from slurm_acme.slurm.steps import step_argv, step_env
+
+
+def srun_test_argv(group, *, port, master, shape):  # type: ignore[no-untyped-def]
+    return step_argv(*pair_test_step(group, port=port, master=master, shape=shape))
+
+
+def srun_precheck_argv(nodes, **kwargs):  # type: ignore[no-untyped-def]
+    return step_argv(*precheck_step(nodes, **kwargs))
 
 FAKE_SRUN = """#!{python}
 import json, os, sys, time
@@ -108,7 +111,7 @@ def test_precheck_step_runs_one_task_per_node() -> None:
 
 
 def test_step_environment_drops_the_batch_scripts_shape_but_keeps_the_rest() -> None:
-    env = srun_env({"SLURM_NTASKS": "4", "SLURM_CPUS_PER_TASK": "8", "SLURM_JOB_ID": "7",
+    env = step_env({"SLURM_NTASKS": "4", "SLURM_CPUS_PER_TASK": "8", "SLURM_JOB_ID": "7",
                     "ACME_HEALTH_FAULT": "node2:raise", "PATH": "/bin"})
     assert env == {"SLURM_JOB_ID": "7", "ACME_HEALTH_FAULT": "node2:raise", "PATH": "/bin"}
 
@@ -116,11 +119,11 @@ def test_step_environment_drops_the_batch_scripts_shape_but_keeps_the_rest() -> 
 def test_node_addresses_and_gpus_come_from_scontrol_words() -> None:
     text = ("NodeName=node1 Arch=x86_64 CoresPerSocket=16 Gres=gpu:8 NodeAddr=127.0.0.1 "
             "NodeHostName=localhost\nNodeName=node2 Arch=x86_64 NodeAddr=10.1.0.2 NodeHostName=n2\n")
-    assert parse_node_addresses(text) == {"node1": "127.0.0.1", "node2": "10.1.0.2"}
-    assert gpus_per_node_of("gres:gpu:8") == 8
-    assert gpus_per_node_of("gres/gpu:a100=4") == 4
-    assert gpus_per_node_of("gres:gpu:a100:2") == 2
-    assert gpus_per_node_of("") is None
+    assert node_addresses(parse_scontrol_show_node(text)) == {"node1": "127.0.0.1", "node2": "10.1.0.2"}
+    assert gpus_in_tres("gres:gpu:8") == 8
+    assert gpus_in_tres("gres/gpu:a100=4") == 4
+    assert gpus_in_tres("gres:gpu:a100:2") == 2
+    assert gpus_in_tres("") is None
 
 
 def test_ports_are_never_reused_within_a_check() -> None:

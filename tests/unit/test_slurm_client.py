@@ -145,14 +145,6 @@ def test_sinfo_nodes_uses_an_explicit_format():
     assert [(n.name, n.responding) for n in nodes] == [("node1", True), ("node2", False)]
 
 
-def test_pyslurm_detection_compares_major_minor():
-    from slurm_acme.slurm.pyslurm_backend import major_minor
-
-    assert major_minor("22.5.1") == major_minor("slurm-wlm 22.05.8") == (22, 5)
-    assert major_minor("23.11.0") != major_minor("22.05.8")
-    assert major_minor("garbage") is None
-
-
 def test_job_gpu_indices_expands_each_group_with_scontrol():
     detail = (FIXTURES / "22.05" / "scontrol_d_show_job.txt").read_text()
     slurm, runner = client(detail, "node1\nnode2\n")

@@ -37,7 +37,14 @@ def test_every_failed_state_is_terminal(state):
 def test_failed_states_are_those_the_paper_counts():
     failed = {s for s in JobState if s.is_failed()}
     assert failed == {JobState.FAILED, JobState.TIMEOUT, JobState.NODE_FAIL,
-                      JobState.OUT_OF_MEMORY, JobState.BOOT_FAIL}
+                      JobState.OUT_OF_MEMORY, JobState.BOOT_FAIL, JobState.DEADLINE}
+    assert JobState.failed_states() == tuple(sorted(s.value for s in failed))
+
+
+def test_the_report_counts_failures_with_the_state_vocabulary():
+    from slurm_acme.store import report
+
+    assert set(report.FAILED_STATES) == {s.value for s in JobState if s.is_failed()}
 
 
 @pytest.mark.parametrize("state", [JobState.PENDING, JobState.RUNNING, JobState.REQUEUED,
