@@ -28,6 +28,27 @@ def _progress_for(path: str):  # type: ignore[no-untyped-def]
     return bar, lambda done: bar.update(task, completed=done)
 
 
+def _require_text(path: str) -> None:
+    """Refuse, before any rule runs, input that is not a text log (never a verdict on it)."""
+    from slurm_acme.diagnose.sniff import SAMPLE_BYTES, text_problem
+
+    try:
+        if path == "-":
+            stdin = sys.stdin.buffer
+            peek = getattr(stdin, "peek", None)
+            if peek is None:  # not a buffered stream (a test harness): nothing to look at unread
+                return
+            sample = peek(SAMPLE_BYTES)[:SAMPLE_BYTES]
+        else:
+            with open(path, "rb") as handle:
+                sample = handle.read(SAMPLE_BYTES)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    problem = text_problem(sample)
+    if problem is not None:
+        raise InputError(f"{path}: not a text log: {problem}; nothing diagnosed")
+
+
 @click.command("diagnose")
 @click.argument("logs", nargs=-1, required=True, metavar="LOG...")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per log (JSON lines) on stdout.")
@@ -54,6 +75,8 @@ def diagnose(app: AppContext, logs: tuple[str, ...], as_json: bool, explain: boo
         if not Path(path).is_file():
             problem = "log file not found" if not Path(path).exists() else "not a regular file"
             raise InputError(f"{path}: {problem}")
+    for path in logs:
+        _require_text(path)
     store = None if no_store else app.store()
     kit = load_kit(app.config.diagnosis, store, use_llm=use_llm)
     for path in logs:
