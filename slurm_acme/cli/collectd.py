@@ -43,12 +43,14 @@ def _logging(logfile: str | None) -> None:
               help="Node-local spool folder (telemetry.spool_dir).")
 @click.option("--synthetic-gpus", type=click.IntRange(min=0),
               help="SYNTHETIC GPUs for an emulated cluster only (telemetry.synthetic_gpus).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535),
+              help="Serve /metrics (dcgm-exporter names) on this port (telemetry.metrics_port; 0 = off).")
 @click.option("--once", is_flag=True, help="Take one sample, flush, and exit.")
 @click.option("--log-file", type=click.Path(dir_okay=False), help="Log here instead of stderr.")
 @pass_app
 @click.pass_context
 def collectd(ctx: click.Context, app: AppContext, node: str | None, interval: float | None,
-             spool_dir: str | None, synthetic_gpus: int | None, once: bool,
+             spool_dir: str | None, synthetic_gpus: int | None, metrics_port: int | None, once: bool,
              log_file: str | None) -> None:
     """Run this node's telemetry collector (samples -> spool -> store).
 
@@ -66,7 +68,7 @@ def collectd(ctx: click.Context, app: AppContext, node: str | None, interval: fl
 
     _logging(log_file)
     settings = _settings(app, node, interval_s=interval, spool_dir=spool_dir,
-                         synthetic_gpus=synthetic_gpus)
+                         synthetic_gpus=synthetic_gpus, metrics_port=metrics_port)
     ctx.exit(run_collector(settings, once=once))
 
 
@@ -196,3 +198,46 @@ def prune(ctx: click.Context, dry_run: bool) -> None:
     result = tstore.prune_raw(app.store(), before, batch=t.prune_batch)
     click.echo(f"deleted {result.rows} samples ({result.partitions} day partitions) before "
                f"{result.before_ts:.0f}; hourly rollups and job summaries kept")
+
+
+@collectd.command("import")
+@click.option("--since", help="Start (ISO date-time, UTC if naive); default: two hours ago.")
+@click.option("--until", help="End (exclusive); default: now. The window is widened to whole hours.")
+@click.option("--url", help="Prometheus base URL (default: telemetry.prometheus_url).")
+@click.option("--step", type=float, default=None, help="Seconds between points (default: telemetry.interval_s).")
+@click.option("--selector", default="", help='PromQL label selector added to every series, e.g. \'{cluster="a"}\'.')
+@click.option("--json", "as_json", is_flag=True, help="Print what was imported as JSON.")
+@click.pass_context
+def import_(ctx: click.Context, since: str | None, until: str | None, url: str | None, step: float | None,
+            selector: str, as_json: bool) -> None:
+    """Rollups and per-job summaries from an existing Prometheus (dcgm-exporter).
+
+    For sites with telemetry.source = "prometheus": PromQL range queries over
+    whole hours give the hourly rollups (importing an hour again replaces it),
+    and each Slurm job (label hpc_job) that ended gets its summary from
+    *_over_time queries over its span, as jobstats does.
+    """
+    from slurm_acme.report.period import parse_instant
+    from slurm_acme.telemetry.prometheus import PrometheusClient, import_window
+
+    app: AppContext = ctx.obj
+    t = app.config.telemetry
+    if url is None:
+        if t.source != "prometheus" or not t.prometheus_url:
+            raise InputError('telemetry.source is not "prometheus" with a telemetry.prometheus_url; '
+                             "set both in acme.toml or pass --url")
+        url = t.prometheus_url
+    now = time.time()
+    start = parse_instant(since, "--since") if since else now - 7200
+    end = parse_instant(until, "--until") if until else now
+    if end <= start:
+        raise InputError(f"--until must be after --since (got {since!r} .. {until!r})")
+    result = import_window(app.store(), PrometheusClient(url), app.config.cluster.name, start, end,
+                           step=step or t.interval_s, now=now, selector=selector)
+    out = {"hours": result.hours, "gpu_samples": result.gpu_samples, "rollup_rows": result.rollup_rows,
+           "jobs_summarised": result.jobs_summarised}
+    if as_json:
+        click.echo(json.dumps(out))
+    else:
+        click.echo(f"imported {result.gpu_samples} GPU samples over {result.hours} hours into "
+                   f"{result.rollup_rows} rollup rows; summarised {len(result.jobs_summarised)} jobs")

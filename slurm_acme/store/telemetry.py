@@ -143,40 +143,53 @@ def _watermark(conn: Connection, table: str) -> int:
 def _copy_samples(spool: Store, central: Store, table, key: Sequence[str], batch: int) -> int:  # type: ignore[no-untyped-def]
     """Send rows above the spool's watermark in id order, one batch per transaction."""
     sent = 0
-    columns = [c for c in table.c if c.name != "id"]
+    names = [c.name for c in table.c if c.name != "id"]
+    # The spool is SQLite: read raw tuples, skipping per-row result processing.
+    query = (f'SELECT id, {", ".join(chr(34) + n + chr(34) for n in names)} FROM "{table.name}" '
+             f"WHERE id > ? ORDER BY id LIMIT ?")
     while True:
         with spool.engine.connect() as sconn:
             mark = _watermark(sconn, table.name)
-            rows = sconn.execute(select(table.c.id, *columns).where(table.c.id > mark)
-                                 .order_by(table.c.id).limit(batch)).all()
+            rows = sconn.exec_driver_sql(query, (mark, batch)).all()
         if not rows:
             return sent
-        payload = [{c.name: r._mapping[c.name] for c in columns} for r in rows]
         with central.engine.begin() as cconn:
-            insert_ignore(cconn, table, payload, key)
+            insert_ignore_tuples(cconn, table, names, [tuple(r)[1:] for r in rows], key)
         with spool.engine.begin() as sconn:
-            set_meta(sconn, _WATERMARK.format(table.name), str(rows[-1].id))
+            set_meta(sconn, _WATERMARK.format(table.name), str(rows[-1][0]))
         sent += len(rows)
 
 
 def insert_ignore(conn: Connection, table, rows: Sequence[Mapping[str, Any]],  # type: ignore[no-untyped-def]
                   key: Sequence[str]) -> None:
-    """Insert rows, skipping those whose key exists: COPY on Postgres, else executemany.
+    """Insert row dicts (same keys each), skipping those whose key exists."""
+    if rows:
+        columns = list(rows[0])
+        insert_ignore_tuples(conn, table, columns, [tuple(r[c] for c in columns) for r in rows], key)
+
+
+def insert_ignore_tuples(conn: Connection, table, columns: Sequence[str],  # type: ignore[no-untyped-def]
+                         rows: Sequence[tuple], key: Sequence[str]) -> None:
+    """Insert rows (tuples in ``columns`` order), skipping those whose key
+    exists: COPY on Postgres, the driver's executemany of ``INSERT OR IGNORE``
+    on SQLite (no per-row statement compilation on either).
 
     COPY cannot skip duplicates, so on Postgres the batch is copied into a
     temporary table and moved with one ``INSERT ... SELECT ... ON CONFLICT DO
-    NOTHING``; a re-sent batch (after a crash) therefore still lands once.
+    NOTHING`` (into the day partitions it needs, created first); a re-sent
+    batch (after a crash) therefore still lands once.
     """
     if not rows:
         return
-    if conn.dialect.name != "postgresql":
-        upsert(conn, table, rows, key, update=())
-        return
-    columns = list(rows[0])
-    if "ts" in columns and is_partitioned_table(conn, table.name):
-        stamps = [float(r["ts"]) for r in rows]
-        partitions.ensure_days(conn, table.name, min(stamps), max(stamps))
     names = ", ".join(f'"{c}"' for c in columns)
+    if conn.dialect.name != "postgresql":
+        marks = ", ".join("?" for _ in columns)
+        conn.exec_driver_sql(f'INSERT OR IGNORE INTO "{table.name}" ({names}) VALUES ({marks})', list(rows))
+        return
+    if "ts" in columns and is_partitioned_table(conn, table.name):
+        i = list(columns).index("ts")
+        stamps = [float(r[i]) for r in rows]
+        partitions.ensure_days(conn, table.name, min(stamps), max(stamps))
     staging = f"acme_stage_{table.name}"
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
     try:
@@ -184,7 +197,7 @@ def insert_ignore(conn: Connection, table, rows: Sequence[Mapping[str, Any]],  #
                        f'AS SELECT {names} FROM "{table.name}" WITH NO DATA')
         with cursor.copy(f'COPY "{staging}" ({names}) FROM STDIN') as copy:
             for row in rows:
-                copy.write_row([row[c] for c in columns])
+                copy.write_row(row)
         conflict = ", ".join(f'"{c}"' for c in key)
         cursor.execute(f'INSERT INTO "{table.name}" ({names}) SELECT {names} FROM "{staging}" '
                        f"ON CONFLICT ({conflict}) DO NOTHING")
@@ -385,9 +398,8 @@ def copy_all(spool: Store, target: Store, *, batch: int, min_coverage: float) ->
             if not rows:
                 break
             with target.engine.begin() as tconn:
-                insert_ignore(tconn, table,
-                              [{c.name: r._mapping[c.name] for c in columns} for r in rows], key)
-            last = rows[-1].id
+                insert_ignore_tuples(tconn, table, [c.name for c in columns], [tuple(r)[1:] for r in rows], key)
+            last = rows[-1][0]
             sent = sent + (FlushResult(gpu_rows=len(rows)) if table is gpu_samples
                            else FlushResult(node_rows=len(rows)))
     for table in (gpu_hourly, node_hourly):
@@ -461,3 +473,26 @@ def recent_summaries(store: Store, limit: int = 20, job_ids: Iterable[str] | Non
         q = q.where(job_summaries.c.job_id.in_(list(job_ids)))
     with store.engine.connect() as conn:
         return [dict(r._mapping) for r in conn.execute(q)]
+
+
+# ------------------------------------------------------------------ imported telemetry
+
+@store_door
+def import_rollups(store: Store, gpu_rows: Sequence[Mapping[str, Any]],
+                   node_rows: Sequence[Mapping[str, Any]] = ()) -> int:
+    """Rollups of whole hours of samples read elsewhere (Prometheus), written
+    whole like a flush's, so importing an hour again replaces it."""
+    from slurm_acme.store.rollups import gpu_rollups, node_rollups
+
+    gpu = [r.columns(GPU_HOUR_KEY) for r in gpu_rollups(gpu_rows).values()]
+    node = [r.columns(NODE_HOUR_KEY) for r in node_rollups(node_rows, gpu_rows).values()]
+    with store.engine.begin() as conn:
+        return rollup_rows.apply_rollups(conn, gpu, node)
+
+
+@store_door
+def write_summaries(store: Store, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Upsert per-job summaries computed elsewhere (the Prometheus import)."""
+    with store.engine.begin() as conn:
+        for row in rows:
+            upsert(conn, job_summaries, [dict(row)], ["cluster", "job_id"])

@@ -21,6 +21,7 @@ from slurm_acme.slurm import Slurm
 from slurm_acme.store import Store, open_store
 from slurm_acme.store import telemetry as tstore
 from slurm_acme.telemetry import marks as markfiles
+from slurm_acme.telemetry.exporter import MetricsServer
 from slurm_acme.telemetry.records import GPU_FIELDS, NODE_FIELDS, Reading
 from slurm_acme.telemetry.samplers import Sampler, build_samplers
 from slurm_acme.telemetry.settings import CollectorSettings
@@ -52,6 +53,9 @@ class Collector:
         self.next_flush = 0.0
         self.next_prune = 0.0
         self.stop_event = threading.Event()
+        t = settings.telemetry
+        self.metrics: MetricsServer | None = (MetricsServer(t.metrics_address, t.metrics_port)
+                                              if t.metrics_port else None)
 
     # -------------------------------------------------------------- lifecycle
 
@@ -71,8 +75,17 @@ class Collector:
                         "set telemetry.synthetic_gpus = 0 to measure the real GPUs",
                         s.node, NVIDIA_DRIVER)
         self.next_flush = self.clock()
+        if self.metrics is not None:
+            try:
+                port = self.metrics.start()
+                log.info("%s: /metrics on %s:%d", s.node, s.telemetry.metrics_address, port)
+            except OSError as exc:  # the port is taken: sample anyway, say so once
+                log.warning("%s: cannot serve /metrics on port %d: %s", s.node, s.telemetry.metrics_port, exc)
+                self.metrics = None
 
     def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
         for sampler in self.active:
             sampler.close()
         for store in (self.spool, self.central):
@@ -151,6 +164,8 @@ class Collector:
                              "source": fields.get("source") or "dcgm",
                              "flags": ",".join(fields.get("flags") or []) or None})
         tstore.insert_tick(self.spool, node_row, gpu_rows)
+        if self.metrics is not None:
+            self.metrics.update(gpu_rows, node_row)
 
     # -------------------------------------------------------------- marks
 
