@@ -174,10 +174,11 @@ def insert_ignore_tuples(conn: Connection, table, columns: Sequence[str],  # typ
     exists: COPY on Postgres, the driver's executemany of ``INSERT OR IGNORE``
     on SQLite (no per-row statement compilation on either).
 
-    COPY cannot skip duplicates, so on Postgres the batch is copied into a
-    temporary table and moved with one ``INSERT ... SELECT ... ON CONFLICT DO
-    NOTHING`` (into the day partitions it needs, created first); a re-sent
-    batch (after a crash) therefore still lands once.
+    COPY cannot skip duplicates: on Postgres a batch is copied straight in
+    (into the day partitions it needs, created first) and only a batch that
+    hits the unique key (one re-sent after a crash) is copied into a
+    temporary table and moved with ``INSERT ... SELECT ... ON CONFLICT DO
+    NOTHING``; so it still lands once.
     """
     if not rows:
         return
@@ -190,9 +191,23 @@ def insert_ignore_tuples(conn: Connection, table, columns: Sequence[str],  # typ
         i = list(columns).index("ts")
         stamps = [float(r[i]) for r in rows]
         partitions.ensure_days(conn, table.name, min(stamps), max(stamps))
-    staging = f"acme_stage_{table.name}"
+    from psycopg.errors import UniqueViolation
+
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
     try:
+        # The common case, a batch never sent before: COPY straight into the
+        # table. A re-sent batch trips the unique key; then, and only then,
+        # the batch goes through a staging table and ON CONFLICT DO NOTHING.
+        cursor.execute("SAVEPOINT acme_copy")
+        try:
+            with cursor.copy(f'COPY "{table.name}" ({names}) FROM STDIN') as copy:
+                for row in rows:
+                    copy.write_row(row)
+            cursor.execute("RELEASE SAVEPOINT acme_copy")
+            return
+        except UniqueViolation:
+            cursor.execute("ROLLBACK TO SAVEPOINT acme_copy")
+        staging = f"acme_stage_{table.name}"
         cursor.execute(f'CREATE TEMP TABLE IF NOT EXISTS "{staging}" ON COMMIT DELETE ROWS '
                        f'AS SELECT {names} FROM "{table.name}" WITH NO DATA')
         with cursor.copy(f'COPY "{staging}" ({names}) FROM STDIN') as copy:
