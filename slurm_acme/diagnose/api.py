@@ -75,7 +75,7 @@ def conclude(
     threshold: float | None = None,
 ) -> Diagnosis:
     """Rules, then retrieval, then the LLM agent, on what ``diagnoser`` saw."""
-    from slurm_acme.diagnose.retrieval import DEFAULT_THRESHOLD, as_index, query_text
+    from slurm_acme.diagnose.retrieval import as_index, default_threshold, query_text
 
     verdict = diagnoser.rule_result()
     if not verdict.is_unknown or diagnoser.lines_seen == 0:
@@ -85,7 +85,8 @@ def conclude(
     if not text.strip():
         return verdict
     retrieved = index.propose(
-        text, threshold=DEFAULT_THRESHOLD if threshold is None else threshold, rulebook=diagnoser.rulebook
+        text, threshold=default_threshold(index.kind) if threshold is None else threshold,
+        rulebook=diagnoser.rulebook,
     )
     if not retrieved.is_unknown or llm is None:
         return retrieved

@@ -176,3 +176,76 @@ def holdout(
         if verdict.category != case.category or verdict.origin != case.origin:
             report.mistakes.append((case, verdict))
     return report
+
+
+@dataclass
+class RetrievalLOO:
+    """Leave-one-out retrieval on a corpus at a calibrated threshold."""
+
+    kind: str
+    threshold: float
+    cases: int
+    answered: int
+    correct: int
+    #: (similarity of the best neighbour of the voted category, vote right?) per case.
+    points: list[tuple[float, bool]] = field(default_factory=list, repr=False)
+
+    @property
+    def accuracy(self) -> float:
+        """Right answers over all cases (an ``unknown`` counts as not right)."""
+        return self.correct / self.cases if self.cases else 0.0
+
+    @property
+    def precision(self) -> float:
+        return self.correct / self.answered if self.answered else 0.0
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "threshold": round(self.threshold, 3), "cases": self.cases,
+                "answered": self.answered, "accuracy": round(self.accuracy, 4),
+                "precision": round(self.precision, 4)}
+
+
+def calibrate_threshold(points: Sequence[tuple[float, bool]], min_precision: float = 0.9) -> float:
+    """The lowest threshold whose answers are right at least ``min_precision`` of the time.
+
+    Lower thresholds answer more failures; the calibration keeps "don't know"
+    for the ones where the nearest cases have been wrong too often.
+    """
+    best = 1.0
+    for threshold in sorted({round(s, 3) for s, _ in points}, reverse=True):
+        answered = [ok for s, ok in points if s >= threshold]
+        if answered and sum(answered) / len(answered) >= min_precision:
+            best = threshold
+    return best
+
+
+def retrieval_loo(cases: Sequence[LabelledCase], *, kind: str = "tfidf", threshold: float | None = None,
+                  min_precision: float = 0.9) -> RetrievalLOO:
+    """Each case against an index of all the others; threshold calibrated unless given."""
+    from slurm_acme.diagnose.retrieval import build_index
+
+    index = build_index(cases, kind=kind)
+    mixed = index.case_similarities() if kind == "embedding" else None
+    points: list[tuple[float, bool]] = []
+    for row, case in enumerate(cases):
+        if mixed is not None:
+            neighbours = index.ranked(mixed[row], exclude=(case.id,))
+        else:
+            neighbours = index.nearest(case.text, exclude=(case.id,), min_shared=2)
+        verdict = _vote_all(neighbours)
+        points.append((verdict[1], verdict[0] == case.category) if verdict else (0.0, False))
+    chosen = calibrate_threshold(points, min_precision) if threshold is None else threshold
+    answered = [ok for s, ok in points if s >= chosen]
+    return RetrievalLOO(kind=kind, threshold=chosen, cases=len(cases), answered=len(answered),
+                        correct=sum(answered), points=points)
+
+
+def _vote_all(neighbours: Sequence[tuple[LabelledCase, float]]) -> tuple[str, float] | None:
+    """The similarity-weighted vote of ``neighbours`` and its best supporter's similarity."""
+    if not neighbours:
+        return None
+    votes: Counter[str] = Counter()
+    for case, sim in neighbours:
+        votes[case.category] += sim
+    category = votes.most_common(1)[0][0]
+    return category, max(sim for case, sim in neighbours if case.category == category)

@@ -80,6 +80,8 @@ def tokens(text: str) -> list[str]:
 class CaseIndex:
     """TF-IDF vectors of labelled cases, searchable by cosine similarity."""
 
+    kind = "tfidf"
+
     def __init__(self, cases: Sequence[LabelledCase]) -> None:
         self.cases = list(cases)
         counts = [Counter(tokens(salient(c.text))) for c in self.cases]
@@ -162,17 +164,49 @@ def action_for(category: str, origin: str, rulebook: RuleBook | None = None) -> 
     return _DEFAULT_ACTION.get(origin, UNKNOWN_ACTION)
 
 
-@functools.lru_cache(maxsize=1)
-def shipped_index() -> CaseIndex:
-    return CaseIndex(load_corpus())
+#: ``auto``: embeddings when the ``[embed]`` extra is installed, else TF-IDF.
+RETRIEVAL_KINDS = ("auto", "embedding", "tfidf")
 
 
-def as_index(cases: CaseIndex | Sequence[LabelledCase] | None) -> CaseIndex:
+def resolve_kind(kind: str = "auto") -> str:
+    """``embedding`` or ``tfidf`` for a configured kind (``auto`` picks by what is installed)."""
+    from slurm_acme.diagnose.embedding import embedding_available
+
+    if kind not in RETRIEVAL_KINDS:
+        raise ValueError(f"retrieval kind {kind!r} is not one of {', '.join(RETRIEVAL_KINDS)}")
+    if kind == "auto":
+        return "embedding" if embedding_available() else "tfidf"
+    return kind
+
+
+def default_threshold(kind: str) -> float:
+    """The leave-one-out calibrated threshold of a retrieval kind."""
+    from slurm_acme.diagnose import embedding
+
+    return embedding.DEFAULT_THRESHOLD if kind == "embedding" else DEFAULT_THRESHOLD
+
+
+def build_index(cases: Sequence[LabelledCase], *, kind: str = "auto", vectors=None):  # type: ignore[no-untyped-def]
+    """A retrieval index over ``cases``: embeddings (``vectors`` reused) or TF-IDF."""
+    if resolve_kind(kind) == "embedding":
+        from slurm_acme.diagnose.embedding import EmbeddingIndex
+
+        return EmbeddingIndex(cases, vectors)
+    return CaseIndex(cases)
+
+
+@functools.lru_cache(maxsize=2)
+def shipped_index(kind: str = "auto"):  # type: ignore[no-untyped-def]
+    return build_index(load_corpus(), kind=kind)
+
+
+def as_index(cases):  # type: ignore[no-untyped-def]
+    """An index for ``cases``: an index as is, labelled cases indexed, None for the shipped corpus."""
     if cases is None:
         return shipped_index()
-    if isinstance(cases, CaseIndex):
+    if hasattr(cases, "propose"):
         return cases
-    return CaseIndex(list(cases))
+    return build_index(list(cases))
 
 
 def query_text(diagnoser: StreamingDiagnoser) -> str:
