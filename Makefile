@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# The CPU build of torch first: a bare `torch` would pull a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[torch,postgres,nvml,dev]'
+	$(BIN)/pip install -q -e '.[torch,postgres,nvml,dev,embed]'
 	touch $@
 
 deps:

@@ -6,8 +6,13 @@ which a real corpus excerpt is embedded as the failure, followed by what the
 surviving ranks print. Times ``sacme diagnose`` on it against ``grep -E -f``
 with the same rule patterns, in the same run, and measures peak memory.
 Also scores the rule book on the labelled corpus (rules alone; rules then
-retrieval with each case held out of its own index) and on every corpus
-excerpt embedded in a small noisy log. Prints ONE JSON object.
+retrieval with each case held out of its own index), on the holdout split
+no rule was written from, and on every corpus excerpt embedded in a small
+noisy log; compares retrieval leave-one-out (TF-IDF, the sentence embedding
+alone, and the mix the embedding path uses); times the embedding path's
+queries (logs/s, wall and per CPU-second) and the vector store at 100,000
+cases (SQLite BLOBs + numpy; Postgres bytea + numpy when ``--pg-url`` or
+``ACME_TEST_PG_URL`` reaches a server). Prints ONE JSON object.
 
     .venv/bin/python bench/diagnose.py              # 1 GB, the real run
     .venv/bin/python bench/diagnose.py --size-mb 50 # quick check
@@ -19,7 +24,6 @@ import argparse
 import json
 import os
 import random
-import resource
 import shutil
 import subprocess
 import sys
@@ -154,10 +158,121 @@ def embedded_accuracy(cases, seed: int = 11) -> dict:
             "embedded_origin_accuracy": round(ori / n, 4), "embedded_misses": misses}
 
 
+def holdout_scores(cases) -> dict:
+    from slurm_acme.diagnose.evaluation import holdout
+
+    report = holdout(cases, default_rulebook()).to_dict()
+    return {f"holdout_{k}": v for k, v in report.items() if k != "confusions"}
+
+
+def retrieval_comparison(cases) -> dict:
+    """Leave-one-out accuracy of each retrieval at its calibrated threshold (precision >= 0.9)."""
+    from slurm_acme.diagnose import embedding
+    from slurm_acme.diagnose.evaluation import retrieval_loo
+
+    out = {"retrieval_loo_tfidf": retrieval_loo(cases, kind="tfidf").to_dict()}
+    if not embedding.embedding_available():
+        out["retrieval_loo_embedding"] = "the [embed] extra is not installed"
+        return out
+    out["retrieval_loo_embedding_mixed"] = retrieval_loo(cases, kind="embedding").to_dict()
+    weight = embedding.EMBEDDING_WEIGHT
+    try:
+        embedding.EMBEDDING_WEIGHT = 1.0
+        out["retrieval_loo_embedding_alone"] = retrieval_loo(cases, kind="embedding").to_dict()
+    finally:
+        embedding.EMBEDDING_WEIGHT = weight
+    return out
+
+
+def embedding_throughput(cases, n: int = 400) -> dict:
+    """Queries per second through the embedding path (model warm), wall and CPU time."""
+    from slurm_acme.diagnose import embedding
+
+    if not embedding.embedding_available():
+        return {}
+    start = time.perf_counter()
+    embedding.encoder()
+    load_s = time.perf_counter() - start
+    index = embedding.EmbeddingIndex([c for c in cases if c.split == "tune"])
+    queries = [c.text for c in cases][:n]
+    queries = (queries * (n // len(queries) + 1))[:n]
+    wall, cpu = time.perf_counter(), time.process_time()
+    index.propose_many(queries)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {"embedding_model_load_s": round(load_s, 2), "embedding_queries": n,
+            "embedding_logs_per_s": round(n / wall, 1), "embedding_logs_per_cpu_s": round(n / cpu, 1),
+            "load_average_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
+
+
+def vector_store_scale(url: str, n: int = 100_000, seed: int = 3) -> dict:
+    """Write ``n`` case vectors to a fresh store, then time loading them and one query."""
+    import numpy as np
+
+    from slurm_acme.diagnose.embedding import DIMENSIONS, MODEL_NAME
+    from slurm_acme.store import failures as db
+    from slurm_acme.store import open_store
+
+    rng = np.random.default_rng(seed)
+    store = open_store(url)
+    try:
+        start = time.perf_counter()
+        db.add_cases(store, [(f"synthetic case {i}", "Synthetic", "infrastructure", "bench") for i in range(n)])
+        ids = [c.id for c in db.load_cases(store)][:n]
+        vectors = rng.standard_normal((len(ids), DIMENSIONS)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        for lo in range(0, len(ids), 10_000):
+            db.save_vectors(store, MODEL_NAME, dict(zip(ids[lo:lo + 10_000], vectors[lo:lo + 10_000], strict=True)))
+        write_s = time.perf_counter() - start
+        start = time.perf_counter()
+        loaded = db.load_vectors(store, MODEL_NAME)
+        matrix = np.stack(list(loaded.values()))
+        load_s = time.perf_counter() - start
+        start = time.perf_counter()
+        for query in vectors[:20]:
+            np.argpartition(-(matrix @ query), 3)[:3]
+        query_ms = (time.perf_counter() - start) / 20 * 1000
+    finally:
+        store.dispose()
+    return {"cases": len(loaded), "write_s": round(write_s, 1), "load_s": round(load_s, 2),
+            "query_ms": round(query_ms, 2)}
+
+
+def vector_store_benchmarks(workdir: Path, pg_url: str | None) -> dict:
+    out = {"vector_store_sqlite_100k": vector_store_scale(f"sqlite:///{workdir / 'vectors.db'}")}
+    if pg_url:
+        import uuid
+
+        import psycopg
+
+        name = f"acme_diag_bench_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(pg_url, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        try:
+            out["vector_store_postgres_100k"] = vector_store_scale(f"{pg_url.rsplit('/', 1)[0]}/{name}")
+        finally:
+            with psycopg.connect(pg_url, autocommit=True, connect_timeout=5) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    return out
+
+
 def timed(argv: list[str], **kwargs) -> tuple[float, subprocess.CompletedProcess]:
     start = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, check=False, **kwargs)
     return time.perf_counter() - start, proc
+
+
+def timed_rss(argv: list[str], env: dict) -> tuple[float, subprocess.CompletedProcess, int]:
+    """Run ``argv``; wall seconds, the result and the peak RSS (KiB) of that process alone."""
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        child = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(child.pid, 0)
+        elapsed = time.perf_counter() - start
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(argv, child.returncode, out.read().decode(), err.read().decode())
+    return elapsed, done, usage.ru_maxrss
 
 
 def main() -> None:
@@ -166,6 +281,9 @@ def main() -> None:
     parser.add_argument("--case", default="NetworkError-07", help="corpus case embedded as the failure")
     parser.add_argument("--workdir", default=None, help="where to write the log (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the generated log")
+    parser.add_argument("--pg-url", default=os.environ.get("ACME_TEST_PG_URL"),
+                        help="Postgres admin URL for the 100,000-case vector store measurement")
+    parser.add_argument("--no-scale", action="store_true", help="skip the 100,000-case vector store measurement")
     args = parser.parse_args()
 
     cases = load_corpus()
@@ -182,6 +300,9 @@ def main() -> None:
         "retrieval_only_loo_unknown": report.retrieval_only.unknown,
     }
     result.update(embedded_accuracy(cases))
+    result.update(holdout_scores(cases))
+    result.update(retrieval_comparison(cases))
+    result.update(embedding_throughput(cases))
 
     case = next(c for c in cases if c.id == args.case)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="acme-bench-diag-"))
@@ -194,19 +315,21 @@ def main() -> None:
     result["generate_s"] = round(time.perf_counter() - start, 1)
     patterns = workdir / "patterns.ere"
     patterns.write_text("\n".join(to_ere(r.pattern) for r in book.rules) + "\n")
+    if not args.no_scale:
+        result.update(vector_store_benchmarks(workdir, args.pg_url))
 
     sacme = shutil.which("sacme", path=str(Path(sys.executable).parent)) or "sacme"
     env = {**os.environ, "ACME_CONF": str(workdir / "none.toml")}
     (workdir / "none.toml").write_text("")
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     # Warm the page cache for both tools alike.
     subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)
-    sacme_s, proc = timed([sacme, "--db", f"sqlite:///{workdir / 'acme.db'}", "diagnose", str(log), "--json", "--explain"], env=env)
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    sacme_s, proc, peak_kb = timed_rss([sacme, "--db", f"sqlite:///{workdir / 'acme.db'}", "diagnose", str(log),
+                                        "--json", "--explain"], env)
     if proc.returncode != 0:
         raise SystemExit(f"sacme diagnose failed ({proc.returncode}): {proc.stderr.strip()}")
     verdict = json.loads(proc.stdout.splitlines()[0])
-    grep_s, grep_proc = timed(["grep", "-E", "-c", "-f", str(patterns), str(log)], env={**env, "LC_ALL": "C"})
+    # -i: some rules match case-insensitively (grep cannot say so per pattern).
+    grep_s, grep_proc = timed(["grep", "-E", "-i", "-c", "-f", str(patterns), str(log)], env={**env, "LC_ALL": "C"})
     if grep_proc.returncode not in (0, 1):
         raise SystemExit(f"grep failed: {grep_proc.stderr.strip()}")
 
@@ -224,7 +347,7 @@ def main() -> None:
         "ratio": round(grep_s / sacme_s, 3),
         "compression_ratio": verdict["compression"]["ratio"],
         "compressed_lines": verdict["compression"]["lines_out"],
-        "peak_rss_mb": round(max(peak_kb, before) / 1024, 1),
+        "peak_rss_mb": round(peak_kb / 1024, 1),
         "memory_under_200mb": peak_kb / 1024 < 200,
     })
     if not args.keep and args.workdir is None:

@@ -125,9 +125,12 @@ class LLMConfig(_Section):
 
 class DiagnosisConfig(_Section):
     rules: list[str] = Field(default_factory=list, description="site rule files layered on top")
-    #: Cosine similarity below which retrieval answers "unknown". At 0.3 about
-    #: 9 in 10 answers are right on the labelled corpus, leave-one-out.
-    retrieval_threshold: float = Field(default=0.3, ge=0, le=1)
+    #: ``auto``: sentence embeddings (mixed with TF-IDF) when the ``[embed]``
+    #: extra is installed, else TF-IDF alone.
+    retrieval: Literal["auto", "embedding", "tfidf"] = "auto"
+    #: Similarity below which retrieval answers "unknown"; unset: the value
+    #: calibrated leave-one-out for the retrieval in use (9 in 10 answers right).
+    retrieval_threshold: float | None = Field(default=None, ge=0, le=1)
     llm: LLMConfig = Field(default_factory=LLMConfig)
 
 

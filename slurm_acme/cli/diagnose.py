@@ -56,9 +56,14 @@ def _require_text(path: str) -> None:
 @click.option("--job-id", default=None, help="Job these logs belong to (stored with the diagnosis).")
 @click.option("--no-store", is_flag=True, help="Don't open the store: no recording, shipped corpus for retrieval.")
 @click.option("--llm/--no-llm", "use_llm", default=None, help="Override [diagnosis.llm] enabled.")
+@click.option("--label", "label", default=None, metavar="CATEGORY",
+              help="Confirm the failure is CATEGORY: stored as a labelled case, so retrieval knows it next time.")
+@click.option("--origin", "label_origin", type=click.Choice(["infrastructure", "framework", "script"]),
+              default=None, help="Origin of --label (default: the rule book's for that category).")
 @pass_app
 def diagnose(app: AppContext, logs: tuple[str, ...], as_json: bool, explain: bool,
-             job_id: str | None, no_store: bool, use_llm: bool | None) -> None:
+             job_id: str | None, no_store: bool, use_llm: bool | None, label: str | None,
+             label_origin: str | None) -> None:
     """Diagnose failed runs from their logs: category, origin, action, culprit node.
 
     Rules first, then the nearest labelled cases, then (if configured) the
@@ -77,8 +82,11 @@ def diagnose(app: AppContext, logs: tuple[str, ...], as_json: bool, explain: boo
             raise InputError(f"{path}: {problem}")
     for path in logs:
         _require_text(path)
+    if label is not None and no_store:
+        raise InputError("--label stores the case: it cannot be combined with --no-store")
     store = None if no_store else app.store()
     kit = load_kit(app.config.diagnosis, store, use_llm=use_llm)
+    origin = _label_origin(label, label_origin, kit.rulebook) if label is not None else ""
     for path in logs:
         bar, progress = _progress_for(path)
         if bar is not None:
@@ -88,13 +96,40 @@ def diagnose(app: AppContext, logs: tuple[str, ...], as_json: bool, explain: boo
         finally:
             if bar is not None:
                 bar.stop()
-        verdict = conclude(diagnoser, cases=kit.index, llm=kit.llm, threshold=kit.threshold)
+        if label is not None:
+            verdict = _confirmed(store, diagnoser, label, origin, app.config.diagnosis.retrieval, kit.rulebook)
+        else:
+            verdict = conclude(diagnoser, cases=kit.index, llm=kit.llm, threshold=kit.threshold)
         if kit.llm is not None and kit.llm.last_error:
             click.echo(f"sacme: warning: {kit.llm.last_error}", err=True)
         if store is not None:
             db.record_failure(store, verdict.to_dict(), cluster=app.config.cluster.name,
                               job_id=job_id, log_path="<stdin>" if path == "-" else str(Path(path).resolve()))
         _render(path, verdict, diagnoser, kit.rulebook, as_json=as_json, explain=explain)
+
+
+def _label_origin(label: str, origin: str | None, rulebook) -> str:  # type: ignore[no-untyped-def]
+    import re
+
+    from slurm_acme.diagnose.kit import origin_of
+
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,63}", label):
+        raise InputError(f"--label {label!r}: a category is a plain name such as NetworkError")
+    origin = origin or origin_of(label, rulebook)
+    if origin is None:
+        raise InputError(f"--label {label}: the rule book does not know this category; give --origin")
+    return origin
+
+
+def _confirmed(store, diagnoser, label: str, origin: str, kind: str, rulebook):  # type: ignore[no-untyped-def]
+    """The labelled diagnosis; its log joins the store's cases and vector index."""
+    from slurm_acme.diagnose.kit import confirm
+    from slurm_acme.diagnose.model import Diagnosis
+    from slurm_acme.diagnose.retrieval import action_for, query_text
+
+    case_id = confirm(store, query_text(diagnoser), label, origin, kind=kind)
+    return Diagnosis(category=label, origin=origin, action=action_for(label, origin, rulebook),
+                     confidence=1.0, evidence=(f"labelled by hand; stored as case {case_id}",), source="label")
 
 
 def _render(path, verdict, diagnoser, rulebook, *, as_json: bool, explain: bool) -> None:  # type: ignore[no-untyped-def]
@@ -148,8 +183,10 @@ def rules_test(app: AppContext, corpus: str | None, as_json: bool, threshold: fl
 
     cfg = app.config.diagnosis
     cases = load_corpus(corpus)
-    report = evaluate(cases, RuleBook.load(cfg.rules),
-                      threshold=cfg.retrieval_threshold if threshold is None else threshold)
+    from slurm_acme.diagnose.retrieval import DEFAULT_THRESHOLD
+
+    chosen = threshold if threshold is not None else cfg.retrieval_threshold
+    report = evaluate(cases, RuleBook.load(cfg.rules), threshold=DEFAULT_THRESHOLD if chosen is None else chosen)
     if as_json:
         click.echo(json.dumps(report.to_dict()))
         return

@@ -14,10 +14,10 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-from importlib import resources
-from pathlib import Path
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -109,7 +109,8 @@ class EmbeddingIndex:
             if case.id not in known and case.digest in shipped:
                 known[case.id] = shipped[case.digest]
         missing = [c for c in self.cases if c.id not in known]
-        self.computed: dict[str, np.ndarray] = dict(zip((c.id for c in missing), encode([c.text for c in missing])))
+        vectors_of_missing = encode([c.text for c in missing])
+        self.computed: dict[str, np.ndarray] = dict(zip((c.id for c in missing), vectors_of_missing, strict=True))
         known.update(self.computed)
         self.matrix = (np.stack([known[c.id] for c in self.cases]).astype(np.float32)
                        if self.cases else np.zeros((0, DIMENSIONS), dtype=np.float32))
@@ -160,7 +161,7 @@ class EmbeddingIndex:
             return [unknown_diagnosis() for _ in texts]
         queries = encode(list(texts))
         out = []
-        for text, query in zip(texts, queries):
+        for text, query in zip(texts, queries, strict=True):
             lexical = self.lexical.matrix @ self.lexical._vector(Counter(tokens(salient(text))))
             sims = EMBEDDING_WEIGHT * (self.matrix @ query) + (1 - EMBEDDING_WEIGHT) * lexical
             out.append(vote(self.ranked(sims), threshold, rulebook))
@@ -175,10 +176,10 @@ def vote(neighbours: Sequence[tuple[LabelledCase, float]], threshold: float,
     close = [(case, sim) for case, sim in neighbours if sim >= threshold]
     if not close:
         return unknown_diagnosis()
-    votes: Counter[str] = Counter()
+    votes: dict[str, float] = {}
     for case, sim in close:
-        votes[case.category] += sim
-    category = votes.most_common(1)[0][0]
+        votes[case.category] = votes.get(case.category, 0.0) + sim
+    category = max(votes, key=lambda name: votes[name])
     best, sim = next((case, sim) for case, sim in close if case.category == category)
     return Diagnosis(
         category=category, origin=best.origin, action=action_for(category, best.origin, rulebook),
@@ -200,7 +201,7 @@ def shipped_vectors() -> dict[str, np.ndarray]:
     with np.load(path, allow_pickle=False) as data:
         if str(data["model"]) != MODEL_NAME:
             return {}
-        return dict(zip((str(d) for d in data["digests"]), data["vectors"].astype(np.float32)))
+        return dict(zip((str(d) for d in data["digests"]), data["vectors"].astype(np.float32), strict=True))
 
 
 def write_shipped_vectors(cases: Sequence[LabelledCase], path: Path | None = None) -> Path:

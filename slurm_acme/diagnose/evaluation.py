@@ -244,8 +244,8 @@ def _vote_all(neighbours: Sequence[tuple[LabelledCase, float]]) -> tuple[str, fl
     """The similarity-weighted vote of ``neighbours`` and its best supporter's similarity."""
     if not neighbours:
         return None
-    votes: Counter[str] = Counter()
+    votes: dict[str, float] = {}
     for case, sim in neighbours:
-        votes[case.category] += sim
-    category = votes.most_common(1)[0][0]
+        votes[case.category] = votes.get(case.category, 0.0) + sim
+    category = max(votes, key=lambda name: votes[name])
     return category, max(sim for case, sim in neighbours if case.category == category)

@@ -48,6 +48,11 @@ class RootCauseBlock:
     rank: int | None = None
     exitcode: int | None = None
     remaining: int = BLOCK_LINES
+    #: Line numbers the block spans: events on them are the failed rank's,
+    #: whatever relay prefix printed them (torchelastic's rank numbering and
+    #: srun's task ids need not agree).
+    start_seq: int = -1
+    end_seq: int = -1
     fields: dict[str, str] = field(default_factory=dict)
 
     def feed(self, line: str) -> bool:
@@ -140,7 +145,7 @@ def select_root_cause(
         return None
     pool = _candidates(events, book)
     if block is not None and block.rank is not None:
-        of_rank = [e for e in pool if e.rank == block.rank]
+        of_rank = [e for e in pool if e.rank == block.rank or block.start_seq <= e.seq <= block.end_seq]
         pool = of_rank or pool
     if all(book.rules[e.rule_index].strength == "secondary" for e in pool):
         # Symptoms the run survived (routine fp16 overflows early on) are not

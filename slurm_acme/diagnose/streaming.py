@@ -20,7 +20,7 @@ from slurm_acme.diagnose.compressor import LogCompressor
 from slurm_acme.diagnose.culprit import SRUN_EXIT, SrunExits, culprit_node
 from slurm_acme.diagnose.lines import DIGITS_TO_ZERO, decode, split_prefixes
 from slurm_acme.diagnose.model import Diagnosis, FailureEvent, unknown_diagnosis
-from slurm_acme.diagnose.rootcause import HEADER, RootCauseBlock, select_root_cause
+from slurm_acme.diagnose.rootcause import BLOCK_LINES, HEADER, RootCauseBlock, select_root_cause
 from slurm_acme.diagnose.rules import KeyVerdict, Rule, RuleBook
 
 #: At most this many failure events are kept (the earliest ones win anyway).
@@ -156,7 +156,7 @@ class StreamingDiagnoser:
             seq = base + index
             text = decode(lines[index][:_LINE_CAP])
             if verdict.builtin == "header":
-                self.block = RootCauseBlock()
+                self.block = RootCauseBlock(start_seq=seq, end_seq=seq + BLOCK_LINES)
                 self._block_open = True
                 self._continue_block(lines, index + 1)
                 continue

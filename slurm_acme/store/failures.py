@@ -17,7 +17,7 @@ from sqlalchemy import RowMapping, func, select
 
 from slurm_acme.store.engine import Store
 from slurm_acme.store.rows import upsert
-from slurm_acme.store.schema.failures import failure_cases, failure_rules, failures
+from slurm_acme.store.schema.failures import failure_case_vectors, failure_cases, failure_rules, failures
 
 
 @dataclass(frozen=True)
@@ -174,6 +174,34 @@ def add_cases(store: Store, cases: Iterable[tuple[str, str, str, str]]) -> int:
     rows = list({r["digest"]: r for r in rows}.values())
     with store.engine.begin() as conn:
         return upsert(conn, failure_cases, rows, ["digest"], update=())
+
+
+def add_case(store: Store, text: str, category: str, origin: str, source: str) -> int:
+    """Insert one labelled case (a confirmed diagnosis); returns its id (the existing one for a known text)."""
+    add_cases(store, [(text, category, origin, source)])
+    with store.engine.connect() as conn:
+        return int(conn.execute(select(failure_cases.c.id).where(
+            failure_cases.c.digest == text_digest(text))).scalar_one())
+
+
+def save_vectors(store: Store, model: str, vectors: Mapping[int, Any]) -> int:
+    """Store case vectors (case id -> float32 numpy vector) for ``model``; existing rows are kept."""
+    rows = [{"case_id": int(case_id), "model": model, "dims": len(vector),
+             "vector": vector.astype("<f4").tobytes()} for case_id, vector in vectors.items()]
+    if not rows:
+        return 0
+    with store.engine.begin() as conn:
+        return upsert(conn, failure_case_vectors, rows, ["case_id", "model"], update=())
+
+
+def load_vectors(store: Store, model: str) -> dict[int, Any]:
+    """Case id -> float32 numpy vector for ``model``."""
+    import numpy as np
+
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(failure_case_vectors.c.case_id, failure_case_vectors.c.vector)
+                            .where(failure_case_vectors.c.model == model)).all()
+    return {int(case_id): np.frombuffer(blob, dtype="<f4") for case_id, blob in rows}
 
 
 def count_cases(store: Store) -> int:

@@ -69,12 +69,19 @@ def _row_security(conn: Connection) -> None:
 #: (a table a later migration adds gets its policy and its grants too).
 ROW_SECURITY_FROM = 5
 
+def _case_vectors(conn: Connection) -> None:
+    from slurm_acme.store.schema.failures import failure_case_vectors
+
+    failure_case_vectors.create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _create_initial),
     Migration(2, "hourly telemetry rollups", _hourly_rollups),
     Migration(3, "raw telemetry samples in day partitions (Postgres)", _day_partitions),
     Migration(4, "eval_runs.user (owner of an evaluation)", _add_eval_runs_user),
     Migration(5, "row-level security keyed on the Slurm user (Postgres)", _row_security),
+    Migration(6, "failure case vectors (embedding retrieval)", _case_vectors),
 )
 
 LATEST = MIGRATIONS[-1].version

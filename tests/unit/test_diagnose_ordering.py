@@ -129,3 +129,17 @@ def test_wording_variants(line, category):
 
 def test_remapped_rows_without_a_failure_are_not_an_ecc_error():
     assert verdict_of(["    Remapped Rows", "        Remapping Failure Occurred        : No"]).is_unknown
+
+
+def test_root_cause_block_lines_belong_to_its_rank_whatever_relayed_them():
+    """torchelastic numbers the failed rank 0; srun relays the block as task 5."""
+    verdict = verdict_of([
+        "0: [2024-05-01 00:00:01,000] [INFO] [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4, reducing to 2",
+        "5: Root Cause (first observed failure):",
+        "5: [0]:",
+        "5:   host      : worker-3",
+        "5:   rank      : 0 (local_rank: 0)",
+        "5:   exitcode  : -9 (pid: 14750)",
+        "5:   traceback : Signal 9 (SIGKILL) received by PID 14750",
+    ])
+    assert verdict.category == "HostMemoryKilled"

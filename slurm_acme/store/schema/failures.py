@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Float, Index, Integer, String, Table, Text
+from sqlalchemy import Column, Float, ForeignKey, Index, Integer, LargeBinary, String, Table, Text
 
 from slurm_acme.store.schema.base import metadata
 
@@ -58,4 +58,16 @@ failure_rules = Table(
     Column("created_ts", Float, nullable=False),
     Column("case_digest", String(64)),
     Column("source", String(64)),  # e.g. "llm:<model>"
+)
+
+#: Sentence-embedding vectors of the labelled cases (float32 bytes, searched
+#: with numpy): the vector store retrieval answers from. One row per case and
+#: model; a new model re-embeds what it lacks.
+failure_case_vectors = Table(
+    "failure_case_vectors",
+    metadata,
+    Column("case_id", Integer, ForeignKey("failure_cases.id", ondelete="CASCADE"), primary_key=True),
+    Column("model", String(64), primary_key=True),
+    Column("dims", Integer, nullable=False),
+    Column("vector", LargeBinary, nullable=False),
 )
