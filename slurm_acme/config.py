@@ -134,6 +134,30 @@ class DiagnosisConfig(_Section):
     llm: LLMConfig = Field(default_factory=LLMConfig)
 
 
+class HarnessToolConfig(_Section):
+    """Pass-through settings for one external harness (``[evaluate.lm_eval]``, ``[evaluate.opencompass]``).
+
+    Every field can be overridden on the ``seval`` command line; see
+    :mod:`slurm_acme.evaluate.backends.external` for the flag each becomes.
+    """
+
+    #: Absolute path of the tool's executable; empty = the one beside the worker's Python.
+    executable: str = ""
+    #: lm-eval ``--include_path`` folders / OpenCompass ``--config-dir`` (user tasks).
+    task_paths: list[str] = Field(default_factory=list)
+    #: lm-eval ``--model_args`` added after ``pretrained=``; OpenCompass ``--model-kwargs``.
+    model_args: list[str] = Field(default_factory=list)
+    num_fewshot: int | None = Field(default=None, ge=0)
+    #: Examples per task (lm-eval ``--limit``: a count, or a fraction below 1).
+    limit: float | None = Field(default=None, gt=0)
+    batch_size: str = "1"
+    #: OpenCompass ``--max-out-len`` (lm-eval takes it from each task).
+    max_out_len: int = Field(default=256, ge=1)
+    #: Datasets scored by running model-written code (HumanEval, MBPP) run it outside
+    #: seval's sandbox, inside the tool; refused unless this is set.
+    allow_code_execution: bool = False
+
+
 class EvaluateConfig(_Section):
     local_dir: str = "/dev/shm/acme-eval"
     partition: str = ""
@@ -156,6 +180,13 @@ class EvaluateConfig(_Section):
     #: Run generated code (code-scoring datasets) without OS isolation where bubblewrap
     #: or user namespaces are unavailable. Only honoured from the system config.
     allow_unsandboxed_code: bool = False
+
+    lm_eval: HarnessToolConfig = Field(default_factory=HarnessToolConfig)
+    opencompass: HarnessToolConfig = Field(default_factory=HarnessToolConfig)
+
+    def tool(self, backend: str) -> HarnessToolConfig:
+        """The pass-through settings of an external backend."""
+        return self.lm_eval if backend == "lm-eval" else self.opencompass
 
 
 class FilesConfig(_Section):

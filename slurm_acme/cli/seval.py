@@ -9,6 +9,7 @@ default ``run`` command.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 import click
@@ -64,6 +65,23 @@ def _err(msg: str) -> None:
     click.echo(msg, err=True)
 
 
+def _tool_options(func):  # type: ignore[no-untyped-def]
+    """Pass-through options of the external backends (``[evaluate.lm_eval]`` / ``[evaluate.opencompass]``)."""
+    for decorator in reversed((
+        click.option("--tool-exe", default=None,
+                     help="Absolute path of lm_eval / opencompass (default: beside this Python)."),
+        click.option("--task-path", "task_paths", multiple=True,
+                     help="lm-eval --include_path / OpenCompass --config-dir with your own tasks."),
+        click.option("--model-args", "model_args", multiple=True,
+                     help="KEY=VALUE for the model (lm-eval --model_args, OpenCompass --model-kwargs)."),
+        click.option("--num-fewshot", type=int, default=None, help="lm-eval --num_fewshot."),
+        click.option("--limit", type=float, default=None, help="lm-eval --limit (count, or fraction < 1)."),
+        click.option("--batch-size", default=None, help="The tool's batch size."),
+    )):
+        func = decorator(func)
+    return func
+
+
 @seval.command("run")
 @click.argument("checkpoint")
 @click.option("--datasets", "datasets_spec", default="all", show_default=True,
@@ -76,76 +94,70 @@ def _err(msg: str) -> None:
               help="allocation: one allocation per node with srun steps (job_container/tmpfs sites).")
 @click.option("--model-size-b", type=float, default=None, help="Model size in billions (default: from files).")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--dry-run", is_flag=True, help="Print the plan and the sbatch calls; submit nothing.")
+@_tool_options
+@click.option("--dry-run", is_flag=True, help="Print the plan, the sbatch calls and the tool commands; submit nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_app
 def run(app: AppContext, checkpoint: str, datasets_spec: str, node_count: int, nodelist: str,
         gpus_per_node: int | None, backend: str | None, mode: str | None, model_size_b: float | None,
-        seed: int, dry_run: bool, as_json: bool) -> None:
+        seed: int, tool_exe: str | None, task_paths: tuple[str, ...], model_args: tuple[str, ...],
+        num_fewshot: int | None, limit: float | None, batch_size: str | None, dry_run: bool,
+        as_json: bool) -> None:
     """Plan and submit the evaluation of CHECKPOINT."""
     from slurm_acme.evaluate import service
-    from slurm_acme.store import evaluate as store_eval
 
     cfg = app.config.evaluate
-    nodes = [n for n in nodelist.split(",") if n] if nodelist else []
-    if node_count < 1:
-        raise InputError(f"--nodes must be >= 1 (got {node_count})")
-    mode = mode or cfg.mode
-    slurm = None
-    if not dry_run:
-        from slurm_acme.evaluate.container import job_container_type, mode_for, read_show_config
-        from slurm_acme.slurm.client import default_client
-
-        slurm = default_client(app.config.slurm.command_timeout_s)
-        if not nodes:
-            nodes = _idle_gpu_nodes(slurm, node_count)
-        if mode == "auto":
-            mode = mode_for(job_container_type(read_show_config()), cfg.local_dir)
-    if not nodes:
-        nodes = [f"<node{i}>" for i in range(node_count)]  # a dry run asks Slurm nothing
-    if mode == "auto":
-        mode = "jobs"
-    store = app.store()
-    size_probe = model_size_b
-    if size_probe is None:
-        from pathlib import Path
-
-        ck = Path(checkpoint).expanduser()
-        size_probe = service.model_size_b(ck) if ck.is_dir() else 0.0
-    measured = store_eval.load_priors(store, size_probe)
-    prepared = service.prepare(cfg, checkpoint, datasets_spec, nodes=nodes, measured=measured,
-                               db_url=app.store_url, mode=mode, gpus_per_node=gpus_per_node,
-                               size_b=size_probe, seed=seed, backend=backend)
-    summary = service.plan_summary(prepared.plan)
+    tool = {"executable": tool_exe, "task_paths": list(task_paths) or None,
+            "model_args": list(model_args) or None, "num_fewshot": num_fewshot, "limit": limit,
+            "batch_size": batch_size}
+    request = service.RunRequest(
+        checkpoint=checkpoint, datasets=datasets_spec, node_count=node_count,
+        nodelist=tuple(n for n in nodelist.split(",") if n), gpus_per_node=gpus_per_node, backend=backend,
+        mode=mode, model_size_b=model_size_b, seed=seed, tool=tool)
     if dry_run:
-        if as_json:
-            click.echo(json.dumps({"eval_id": prepared.spec.eval_id, "mode": mode, "nodes": nodes,
-                                   "priors": prepared.prior_sources, "plan": summary,
-                                   "jobs": [{"key": j.key, "options": list(j.options), "script": j.script,
-                                             "after": [list(a) for a in j.after]} for j in prepared.jobs.jobs]}))
-        else:
-            _print_plan(prepared, nodes)
-            click.echo(prepared.jobs.render())
+        prepared = service.plan_run(cfg, request, db_url=app.store_url)
+        _print_dry_run(prepared, as_json)
         return
-    if any(ds.kind == "code" for ds in prepared.spec.datasets.values()):
+    from slurm_acme.evaluate.priors import measured_priors
+    from slurm_acme.slurm.client import default_client
+
+    slurm = default_client(app.config.slurm.command_timeout_s)
+    store = app.store()
+    prepared = service.plan_run(cfg, request, db_url=app.store_url, slurm=slurm,
+                                measured=lambda size: measured_priors(store, size))
+    if prepared.spec.backend == "builtin" and any(ds.kind == "code" for ds in prepared.spec.datasets.values()):
         from slurm_acme.evaluate.sandbox import require_sandbox
 
         require_sandbox()  # refuse now, not in the scoring job, where OS isolation is missing
     ids = service.submit(prepared, slurm, store, app.config.cluster.name)
     if as_json:
-        click.echo(json.dumps({"eval_id": prepared.spec.eval_id, "mode": mode, "job_ids": ids}))
+        click.echo(json.dumps({"eval_id": prepared.spec.eval_id, "mode": prepared.jobs.mode, "job_ids": ids}))
     else:
-        _err(f"seval: submitted {len(ids)} job(s) in {mode} mode; predicted makespan "
+        _err(f"seval: submitted {len(ids)} job(s) in {prepared.jobs.mode} mode; predicted makespan "
              f"{prepared.plan.predicted_makespan_s:.1f}s (baseline {prepared.plan.baseline_makespan_s:.1f}s)")
         click.echo(prepared.spec.eval_id)
 
 
-def _idle_gpu_nodes(slurm, count: int) -> list[str]:  # type: ignore[no-untyped-def]
-    nodes = [n.name for n in slurm.sinfo_nodes()
-             if "gpu" in (n.gres or "") and n.state.rstrip("*~#").lower() in ("idle", "mixed")]
-    if len(nodes) < count:
-        raise InputError(f"--nodes {count}: only {len(nodes)} idle/mixed GPU node(s) ({', '.join(nodes) or 'none'})")
-    return nodes[:count]
+def _print_dry_run(prepared, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    from slurm_acme.evaluate import service
+
+    commands = service.tool_commands(prepared)
+    if as_json:
+        click.echo(json.dumps({
+            "eval_id": prepared.spec.eval_id, "mode": prepared.jobs.mode, "nodes": list(prepared.spec.nodes),
+            "backend": prepared.spec.backend, "priors": prepared.prior_sources,
+            "plan": service.plan_summary(prepared.plan),
+            "jobs": [{"key": j.key, "options": list(j.options), "script": j.script,
+                      "after": [list(a) for a in j.after]} for j in prepared.jobs.jobs],
+            "tool_commands": [{"trial": t, "step": step, "argv": argv} for t, step, argv in commands]}))
+        return
+    _print_plan(prepared, list(prepared.spec.nodes))
+    click.echo(prepared.jobs.render())
+    if commands:
+        click.echo(f"# {prepared.spec.backend} commands (device from the allocation: shown for one GPU; "
+                   "without one, lm-eval gets --device cpu and OpenCompass --hf-num-gpus 0)")
+        for trial_id, step, argv in commands:
+            click.echo(f"# {trial_id} {step}\n{shlex.join(argv)}")
 
 
 def _print_plan(prepared, nodes: list[str]) -> None:  # type: ignore[no-untyped-def]
@@ -169,7 +181,7 @@ def _print_plan(prepared, nodes: list[str]) -> None:  # type: ignore[no-untyped-
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
 def status(app: AppContext, eval_id: str | None, as_json: bool) -> None:
-    """Recent evaluations, or one evaluation's jobs with their Slurm states."""
+    """Recent evaluations, or one evaluation's jobs with their Slurm states and failed jobs' logs."""
     from slurm_acme.access import check_owner, current_viewer, is_admin
     from slurm_acme.store import evaluate as store_eval
 
@@ -187,34 +199,23 @@ def status(app: AppContext, eval_id: str | None, as_json: bool) -> None:
     if run_ is None:
         raise InputError(f"no evaluation {eval_id!r} in the store")
     check_owner(viewer, run_.user, f"evaluation {eval_id}")
+    from slurm_acme.evaluate.status import eval_status
     from slurm_acme.slurm.client import default_client
 
-    queue = {j.array_job_id or j.job_id: j.state.value for j in default_client().squeue(run_.job_ids.values())}
-    jobs = {key: {"job_id": jid, "state": queue.get(jid, "DONE")} for key, jid in run_.job_ids.items()}
-    progress = _progress(run_.run_dir)
+    found = eval_status(run_, default_client(app.config.slurm.command_timeout_s))
     if as_json:
-        click.echo(json.dumps({"eval_id": eval_id, "state": run_.state, "jobs": jobs, "progress": progress}))
+        click.echo(json.dumps(found.as_dict()))
         return
-    _err(f"seval: {progress['inferred']}/{progress['trials']} trial(s) inferred, "
-         f"{progress['scored']}/{progress['trials']} scored")
-    click.echo(f"{eval_id}: {run_.state}")
-    for key, info in jobs.items():
+    p = found.progress
+    _err(f"seval: {p['inferred']}/{p['trials']} trial(s) inferred, {p['scored']}/{p['trials']} scored, "
+         f"{p['failed']} failed")
+    click.echo(f"{eval_id}: {found.state}")
+    for key, info in found.jobs.items():
         click.echo(f"  {key}\t{info['job_id']}\t{info['state']}")
-
-
-def _progress(run_dir: str) -> dict[str, int]:
-    """Trials inferred and scored so far, from the files the jobs leave in the run dir."""
-    from pathlib import Path
-
-    from slurm_acme.evaluate.spec import read_spec
-
-    root = Path(run_dir)
-    try:
-        trials = len(read_spec(root).trials)
-    except (OSError, ValueError, KeyError):
-        trials = 0
-    return {"trials": trials, "inferred": len(list((root / "timing").glob("t*.json"))),
-            "scored": len(list((root / "score").glob("t*.json")))}
+    for f in found.failures:
+        task = f"_{f.task}" if f.task is not None else ""
+        click.echo(f"failed: {f.job} job {f.job_id}{task} {f.state}: log {f.log}"
+                   + (f"; tool log {f.tool_log}" if f.tool_log else "") + (f" ({f.message})" if f.message else ""))
 
 
 @seval.command("results")
@@ -248,11 +249,12 @@ def results(app: AppContext, checkpoint: str, as_json: bool) -> None:
 
 @seval.command("cancel")
 @click.argument("eval_id")
+@click.option("--dry-run", is_flag=True, help="Print the scancel and the cleanup sbatch calls; do nothing.")
 @pass_app
-def cancel(app: AppContext, eval_id: str) -> None:
-    """Cancel every job of an evaluation."""
+def cancel(app: AppContext, eval_id: str, dry_run: bool) -> None:
+    """Cancel every job of an evaluation, then remove its node-local copies."""
     from slurm_acme.access import check_owner, current_viewer
-    from slurm_acme.slurm.client import default_client
+    from slurm_acme.evaluate import service
     from slurm_acme.store import evaluate as store_eval
 
     store = app.store(readonly=True)  # writable when this user may write it; never created
@@ -260,32 +262,15 @@ def cancel(app: AppContext, eval_id: str) -> None:
     if run_ is None:
         raise InputError(f"no evaluation {eval_id!r} in the store")
     check_owner(current_viewer(), run_.user, f"evaluation {eval_id}")
-    slurm = default_client(app.config.slurm.command_timeout_s)
-    slurm.scancel(list(run_.job_ids.values()))
-    store_eval.set_run_state(store, eval_id, "CANCELLED", finished=True)
-    cleaned = _submit_cleanups(app, slurm, run_.run_dir)
+    plan = service.plan_cancel(app.config.evaluate, eval_id, run_.job_ids, run_.run_dir)
+    if dry_run:
+        click.echo(plan.render())
+        return
+    from slurm_acme.slurm.client import default_client
+
+    cleaned = service.cancel(plan, default_client(app.config.slurm.command_timeout_s), store)
     _err(f"seval: cancelled {len(run_.job_ids)} job(s) of {eval_id}; "
          f"{cleaned} cleanup job(s) remove the node-local copies")
-
-
-def _submit_cleanups(app: AppContext, slurm, run_dir: str) -> int:  # type: ignore[no-untyped-def]
-    """Cancelling also cancelled the cleanup jobs; resubmit them without dependencies."""
-    from pathlib import Path
-
-    from slurm_acme.evaluate.spec import read_spec
-    from slurm_acme.evaluate.submit import SubmitSettings, build_job_plan
-
-    try:
-        spec = read_spec(Path(run_dir))
-    except (OSError, ValueError, KeyError):
-        return 0
-    cfg = app.config.evaluate
-    settings = SubmitSettings(partition=cfg.partition, cpu_partition=cfg.cpu_partition,
-                              time_limit=cfg.time_limit)
-    jobs = [j for j in build_job_plan(spec, Path(run_dir), settings, "jobs").jobs if j.key.startswith("cleanup-")]
-    for job in jobs:
-        slurm.sbatch(list(job.options), job.script)
-    return len(jobs)
 
 
 @seval.command("simulate")

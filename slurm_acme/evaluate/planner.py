@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from slurm_acme.errors import InputError
+from slurm_acme.evaluate.packing import first_fit_decreasing
 from slurm_acme.evaluate.priors import Prior
 from slurm_acme.evaluate.registry import Dataset
 
@@ -161,19 +162,9 @@ def merge_small(shards: Sequence[Shard], cap_s: float, small_s: float) -> list[l
     for shard in shards:
         if not (shard.count == 1 and shard.gpu_s < small_s):
             groups.append([shard])
-    for heavy in (True, False):
-        bins: list[list[Shard]] = []
-        loads: list[float] = []
-        for shard in sorted((s for s in small if s.cpu_heavy == heavy), key=lambda s: -s.gpu_s):
-            for i, load in enumerate(loads):
-                if load + shard.gpu_s <= cap_s:
-                    bins[i].append(shard)
-                    loads[i] += shard.gpu_s
-                    break
-            else:
-                bins.append([shard])
-                loads.append(shard.gpu_s)
-        groups.extend(bins)
+    for cpu_heavy in (True, False):
+        groups.extend(first_fit_decreasing((s for s in small if s.cpu_heavy == cpu_heavy),
+                                           lambda s: s.gpu_s, cap_s))
     return groups
 
 
@@ -312,9 +303,9 @@ def _wrap_plan(datasets: Sequence[Dataset], priors: Mapping[str, Prior], res: Re
     for slot_index, pieces in enumerate(per_slot):
         node, gpu = divmod(slot_index, res.gpus_per_node)
         groups: list[list[Shard]] = []
-        for heavy in (True, False):
+        for cpu_heavy in (True, False):
             current: list[Shard] = []
-            for piece in (p for p in pieces if p.cpu_heavy == heavy):
+            for piece in (p for p in pieces if p.cpu_heavy == cpu_heavy):
                 if current and _size([*current, piece], res) > light_trial_s + 1e-9:
                     groups.append(current)
                     current = []

@@ -10,10 +10,14 @@ dataset and size bucket.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from slurm_acme.evaluate.registry import Dataset
+
+if TYPE_CHECKING:
+    from slurm_acme.store.engine import Store
 
 #: Reference model size the per-unit constants are expressed for (billions of parameters).
 REFERENCE_SIZE_B = 7.0
@@ -101,6 +105,44 @@ def ewma(old: Prior, gpu_s: float, cpu_s: float, *, alpha: float = 0.3) -> Prior
     return Prior(gpu_s=old.gpu_s + weight * (gpu_s - old.gpu_s),
                  cpu_s=old.cpu_s + weight * (cpu_s - old.cpu_s),
                  samples=old.samples + 1)
+
+
+class _Stored(Protocol):
+    @property
+    def gpu_s(self) -> float: ...
+    @property
+    def cpu_s(self) -> float: ...
+    @property
+    def samples(self) -> int: ...
+
+
+def fold_measurements(measured: Mapping[str, tuple[float, float]],
+                      alpha: float = 0.3) -> Callable[[Mapping[str, _Stored]], dict[str, Prior]]:
+    """The computation the store applies to stored priors: EWMA each (GPU s, CPU s) in."""
+    def fold(old: Mapping[str, _Stored]) -> dict[str, Prior]:
+        out = {}
+        for name, (gpu, cpu) in measured.items():
+            was = old.get(name)
+            prior = Prior(was.gpu_s, was.cpu_s, was.samples) if was else Prior(0.0, 0.0, 0)
+            out[name] = ewma(prior, gpu, cpu, alpha=alpha)
+        return out
+    return fold
+
+
+def measured_priors(store: Store, size_b: float) -> dict[str, Prior]:
+    """Measured priors for this model size's bucket."""
+    from slurm_acme.store import evaluate as store_eval
+
+    return {name: Prior(r.gpu_s, r.cpu_s, r.samples)
+            for name, r in store_eval.load_priors(store, size_bucket(size_b)).items()}
+
+
+def record_measurements(store: Store, size_b: float, measured: Mapping[str, tuple[float, float]]) -> dict[str, Prior]:
+    """Fold whole-dataset measurements (GPU s, CPU s) into the stored priors; the new ones."""
+    from slurm_acme.store import evaluate as store_eval
+
+    new = store_eval.fold_priors(store, size_bucket(size_b), list(measured), fold_measurements(measured))
+    return {name: Prior(r.gpu_s, r.cpu_s, r.samples) for name, r in new.items()}
 
 
 def resolve_priors(datasets: Sequence[Dataset], size_b: float,

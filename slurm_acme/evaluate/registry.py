@@ -2,9 +2,17 @@
 
 A registry file is a CSV with the columns of ``etc/acme/datasets.csv``:
 ``name,num_examples,mode,metric,cpu_heavy,size_source,oc_cost_units`` and,
-optionally, ``path`` (a JSONL file of examples, relative to the CSV; needed
-by the builtin backend) and ``groups`` (space-separated extra group names).
-User datasets are more such files layered on top (later files win by name).
+optionally:
+
+- ``path``: a JSONL file of examples, relative to the CSV (the builtin backend needs it);
+- ``lm_eval_task``: the lm-evaluation-harness task (or group) name, as ``--tasks`` takes it;
+- ``opencompass_config``: the OpenCompass dataset config, as ``--datasets`` takes it
+  (a ``NAME.py`` under its ``configs/datasets`` or a ``--config-dir``);
+- ``groups``: space-separated extra group names.
+
+An empty tool column means that tool has no such task; planning for it then
+fails with the tool's nearest names. User datasets are more such files layered
+on top (later files win by name), listed in ``evaluate.datasets_files``.
 """
 
 from __future__ import annotations
@@ -48,6 +56,12 @@ class Dataset:
     oc_cost_units: int
     path: str = ""  # JSONL of examples (builtin backend); absolute once loaded
     groups: tuple[str, ...] = ()
+    lm_eval_task: str = ""
+    opencompass_config: str = ""
+
+    def tool_task(self, backend: str) -> str:
+        """This dataset's name in an external tool ('' when the registry maps none)."""
+        return {"lm-eval": self.lm_eval_task, "opencompass": self.opencompass_config}.get(backend, self.name)
 
     @property
     def is_gen(self) -> bool:
@@ -140,6 +154,8 @@ def read_registry_file(path: str | Path) -> list[Dataset]:
             oc_cost_units=_int(row, "oc_cost_units", str(path), line),
             path=data_path,
             groups=tuple((row.get("groups") or "").split()),
+            lm_eval_task=(row.get("lm_eval_task") or "").strip(),
+            opencompass_config=(row.get("opencompass_config") or "").strip(),
         ))
     return out
 

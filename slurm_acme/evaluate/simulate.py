@@ -23,6 +23,7 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from slurm_acme.evaluate.packing import first_fit_decreasing
 from slurm_acme.evaluate.planner import Plan, Resources, plan_evaluation
 from slurm_acme.evaluate.priors import HeuristicModel, Prior, inference_s, preprocess_s, scoring_s
 from slurm_acme.evaluate.registry import Dataset
@@ -183,17 +184,7 @@ def oc_partitioned(datasets: Sequence[Dataset], work: dict[str, Work],
             name = f"{ds.name}#{i}"
             jobs.append(replace(ds, name=name))
             out[name] = Work(w.preprocess_s / parts, w.inference_s / parts, w.score_cpu_s / parts)
-    bins: list[list[Dataset]] = []
-    loads: list[int] = []
-    for ds in sorted(small, key=lambda d: -d.oc_cost_units):
-        for i, load in enumerate(loads):
-            if load + ds.oc_cost_units <= max_task_units:
-                bins[i].append(ds)
-                loads[i] += ds.oc_cost_units
-                break
-        else:
-            bins.append([ds])
-            loads.append(ds.oc_cost_units)
+    bins = first_fit_decreasing(small, lambda d: d.oc_cost_units, max_task_units)
     for i, group in enumerate(bins):
         name = f"merged#{i}"
         jobs.append(replace(group[0], name=name))

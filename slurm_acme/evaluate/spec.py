@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from slurm_acme.evaluate.backends.external import ToolRun
 from slurm_acme.evaluate.planner import Plan
 from slurm_acme.evaluate.registry import Dataset
 from slurm_acme.files import make_private_dirs
@@ -44,6 +45,8 @@ class DatasetSpec:
     kind: str  # scoring: "code", "ppl" or "gen"
     metric: str
     path: str
+    tool_task: str = ""  # the external tool's task / dataset config
+    tool_parts: tuple[str, ...] = ()  # what the tool reports it as (OpenCompass dataset abbrs)
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class RunSpec:
     nodes: tuple[str, ...]
     datasets: dict[str, DatasetSpec]
     trials: tuple[TrialSpec, ...]
+    tool: ToolRun | None = None  # external backends: how to call the tool
 
     def trial(self, node: int, index: int) -> TrialSpec:
         for trial in self.trials:
@@ -67,27 +71,36 @@ class RunSpec:
     def node_trials(self, node: int) -> list[TrialSpec]:
         return sorted((t for t in self.trials if t.node == node), key=lambda t: t.index)
 
-    def local_copy(self, node: int) -> Path:
-        """Node-local copy; the node name keeps emulated nodes sharing one host apart."""
+    def node_dir(self, node: int) -> Path:
+        """This node's folder under the local dir; the node name keeps emulated nodes sharing one host apart."""
         name = self.nodes[node] if node < len(self.nodes) else f"node{node}"
         return Path(self.local_dir) / self.eval_id / name
 
+    def local_copy(self, node: int) -> Path:
+        """Node-local copy. It keeps the checkpoint's folder name, which tools derive model
+        names from (OpenCompass: ``<basename>_hf``), so the copy and the original agree."""
+        return self.node_dir(node) / Path(self.checkpoint).name
 
-def dataset_spec(ds: Dataset) -> DatasetSpec:
+
+def dataset_spec(ds: Dataset, backend: str = "builtin", parts: tuple[str, ...] = ()) -> DatasetSpec:
     kind = "code" if ds.is_code else ("gen" if ds.is_gen else "ppl")
-    return DatasetSpec(ds.name, "gen" if ds.is_gen else "ppl", kind, ds.metric, ds.path)
+    task = ds.tool_task(backend) if backend != "builtin" else ""
+    return DatasetSpec(ds.name, "gen" if ds.is_gen else "ppl", kind, ds.metric, ds.path, task, parts)
 
 
 def build_spec(*, eval_id: str, checkpoint: str, local_dir: str, backend: str, model_size_b: float,
-               db_url: str, nodes: tuple[str, ...], plan: Plan, datasets: list[Dataset]) -> RunSpec:
+               db_url: str, nodes: tuple[str, ...], plan: Plan, datasets: list[Dataset],
+               tool: ToolRun | None = None, parts: dict[str, tuple[str, ...]] | None = None) -> RunSpec:
     trials = []
     for node in range(plan.resources.nodes):
         for index, trial in enumerate(plan.node_trials(node)):
             trials.append(TrialSpec(trial.trial_id, node, index, trial.slot, tuple(
                 ShardSpec(s.key, s.dataset, s.start, s.stop) for s in trial.shards)))
     wanted = set(plan.datasets)
+    parts = parts or {}
     return RunSpec(eval_id, checkpoint, local_dir, backend, model_size_b, db_url, nodes,
-                   {d.name: dataset_spec(d) for d in datasets if d.name in wanted}, tuple(trials))
+                   {d.name: dataset_spec(d, backend, parts.get(d.name, ())) for d in datasets if d.name in wanted},
+                   tuple(trials), tool)
 
 
 def write_spec(spec: RunSpec, run_dir: Path) -> Path:
@@ -105,7 +118,16 @@ def read_spec(run_dir: Path) -> RunSpec:
         eval_id=raw["eval_id"], checkpoint=raw["checkpoint"], local_dir=raw["local_dir"],
         backend=raw["backend"], model_size_b=raw["model_size_b"], db_url=raw["db_url"],
         nodes=tuple(raw["nodes"]),
-        datasets={k: DatasetSpec(**v) for k, v in raw["datasets"].items()},
+        datasets={k: DatasetSpec(**{**v, "tool_parts": tuple(v.get("tool_parts") or ())})
+                  for k, v in raw["datasets"].items()},
         trials=tuple(TrialSpec(t["trial_id"], t["node"], t["index"], t["slot"],
                                tuple(ShardSpec(**s) for s in t["shards"])) for t in raw["trials"]),
+        tool=_tool(raw.get("tool")),
     )
+
+
+def _tool(raw: dict[str, Any] | None) -> ToolRun | None:
+    if not raw:
+        return None
+    return ToolRun(**{**raw, "task_paths": tuple(raw.get("task_paths") or ()),
+                      "model_args": tuple(raw.get("model_args") or ())})

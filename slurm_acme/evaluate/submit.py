@@ -79,10 +79,22 @@ def _array_script(settings: SubmitSettings, *args: str) -> str:
     return f'#!/bin/bash\nset -euo pipefail\n{call} --index "$SLURM_ARRAY_TASK_ID"\n'
 
 
-def _common(spec: RunSpec, run_dir: Path, settings: SubmitSettings, name: str, *, gpu: bool) -> list[str]:
+def job_name(eval_id: str, name: str) -> str:
+    return f"seval-{eval_id}-{name}"
+
+
+def log_path(run_dir: str | Path, job: str, job_id: str, task: int | None = None) -> Path:
+    """Where a job's (or an array task's) Slurm log is: what ``--output`` below expands to."""
+    stem = f"{job}-{job_id}_{task}" if task is not None else f"{job}-{job_id}"
+    return Path(run_dir) / "logs" / f"{stem}.out"
+
+
+def _common(spec: RunSpec, run_dir: Path, settings: SubmitSettings, name: str, *, gpu: bool,
+            array: bool = False) -> list[str]:
     logs = run_dir / "logs"
-    opts = [f"--job-name=seval-{spec.eval_id}-{name}", f"--time={settings.time_limit}",
-            f"--output={logs}/%x-%A_%a.out", "--kill-on-invalid-dep=yes", "--comment=acme:type=Eval"]
+    pattern = "%x-%A_%a.out" if array else "%x-%j.out"
+    opts = [f"--job-name={job_name(spec.eval_id, name)}", f"--time={settings.time_limit}",
+            f"--output={logs}/{pattern}", "--kill-on-invalid-dep=yes", "--comment=acme:type=Eval"]
     partition = settings.partition if gpu else (settings.cpu_partition or settings.partition)
     if partition:
         opts.append(f"--partition={partition}")
@@ -112,7 +124,7 @@ def build_job_plan(spec: RunSpec, run_dir: Path, settings: SubmitSettings, mode:
                 _common(spec, run_dir, settings, f"preload{k}", gpu=False) + pin + ["--cpus-per-task=1"]),
                 _script(settings, "preload", "--run-dir", rd, "--node", str(k))))
             jobs.append(JobSpec(f"gpu-{k}", tuple(
-                _common(spec, run_dir, settings, f"gpu{k}", gpu=True) + pin
+                _common(spec, run_dir, settings, f"gpu{k}", gpu=True, array=True) + pin
                 + [f"--array=0-{last}%{settings.gpus_per_node}", "--gres=gpu:1", "--cpus-per-task=1"]),
                 _array_script(settings, "trial", "--run-dir", rd, "--node", str(k)),
                 after=(("afterok", f"preload-{k}"),)))

@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slurm_acme.errors import AcmeError
 from slurm_acme.evaluate.spec import RunSpec, read_spec
 from slurm_acme.files import make_private_dirs
-from slurm_acme.slurm.steps import StepRequest, start_step, step_argv
+from slurm_acme.slurm.steps import StepRequest, start_step
 
 COMPLETE_MARK = ".acme-preloaded"
 
@@ -66,9 +67,15 @@ def trial(spec: RunSpec, run_dir: Path, node: int, index: int) -> None:
     t = spec.trial(node, index)
     began = time.time()
     if spec.backend != "builtin":
-        from slurm_acme.evaluate.backends.external import run_external_trial
+        from slurm_acme.evaluate.backends.harness import run_external_trial
 
-        run_external_trial(spec, run_dir, t, model_path(spec, node))
+        path = model_path(spec, node)
+        timing = run_external_trial(spec, run_dir, t, path)
+        _write_json(run_dir / "timing" / f"{t.trial_id}.json",
+                    {**timing, "node": node, "index": index, "host": os.uname().nodename,
+                     "job_id": os.environ.get("SLURM_JOB_ID", ""), "model_path": str(path),
+                     "node_local": path == spec.local_copy(node)})
+        _log(f"trial {t.trial_id}: {spec.backend} in {timing['ended'] - timing['started']:.2f}s")
         return
     from slurm_acme.evaluate.backends.builtin import BuiltinModel, predict_shard
 
@@ -96,7 +103,7 @@ def score(spec: RunSpec, run_dir: Path, node: int, index: int) -> None:
     began = time.time()
     rows = []
     if spec.backend != "builtin":
-        from slurm_acme.evaluate.backends.external import score_external_trial
+        from slurm_acme.evaluate.backends.harness import score_external_trial
 
         rows = score_external_trial(spec, run_dir, t)
     for shard in t.shards if spec.backend == "builtin" else ():
@@ -115,7 +122,7 @@ def score(spec: RunSpec, run_dir: Path, node: int, index: int) -> None:
 
 
 def cleanup(spec: RunSpec, run_dir: Path, node: int) -> None:
-    target = spec.local_copy(node)
+    target = spec.node_dir(node)
     shutil.rmtree(target, ignore_errors=True)
     try:
         target.parent.rmdir()  # the eval's dir, once every node's copy is gone
@@ -138,11 +145,6 @@ TRIAL_STEP = StepRequest(exact=True, nodes=1, ntasks=1, gres="gpu:1", cpus_per_t
 def trial_command(run_dir: Path, node: int, index: int) -> list[str]:
     return [sys.executable, "-m", "slurm_acme.evaluate.worker", "trial", "--run-dir", str(run_dir),
             "--node", str(node), "--index", str(index)]
-
-
-def srun_step_argv(spec: RunSpec, run_dir: Path, node: int, index: int) -> list[str]:
-    """One trial as a job step inside a node allocation (what :func:`start_step` runs)."""
-    return step_argv(TRIAL_STEP, trial_command(run_dir, node, index))
 
 
 def node_allocation(spec: RunSpec, run_dir: Path, node: int, width: int) -> int:
@@ -175,6 +177,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=int(os.environ.get("SLURM_NTASKS") or 1))
     args = parser.parse_args(argv)
     spec = read_spec(args.run_dir)
+    try:
+        return _run_step(spec, args)
+    except AcmeError as exc:
+        # One line in the job's log, a note for `seval status`, and a failed array task.
+        _log(f"{args.step} failed: {exc}")
+        if args.step in ("trial", "score"):
+            from slurm_acme.evaluate.backends.harness import write_failure
+
+            write_failure(args.run_dir, spec.trial(args.node, args.index), args.step, str(exc))
+        return 1
+
+
+def _run_step(spec: RunSpec, args: argparse.Namespace) -> int:
     if args.step == "preload":
         preload(spec, args.run_dir, args.node)
     elif args.step == "trial":

@@ -193,13 +193,6 @@ class TinyGPT(nn.Module):
             idx = torch.cat((idx, nxt), dim=1)
         return idx
 
-    @torch.no_grad()
-    def sequence_logprob(self, idx: torch.Tensor) -> torch.Tensor:
-        """Sum of log p(token_i | tokens_<i) for each row, used for perplexity-style scoring."""
-        logits, _ = self(idx[:, :-1])
-        logp = F.log_softmax(logits, dim=-1)
-        return logp.gather(-1, idx[:, 1:].unsqueeze(-1)).squeeze(-1).sum(dim=-1)
-
 
 def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
 
-from slurm_acme.evaluate.priors import Prior, ewma, size_bucket
 from slurm_acme.store.engine import Store
 from slurm_acme.store.rows import upsert
 from slurm_acme.store.schema.evaluate import eval_priors, eval_results, eval_runs, eval_trials
@@ -32,6 +31,15 @@ class EvalRun:
 
 
 @dataclass(frozen=True)
+class PriorRow:
+    """A stored runtime prior (what ``evaluate.priors`` computes; the store only keeps it)."""
+
+    gpu_s: float
+    cpu_s: float
+    samples: int
+
+
+@dataclass(frozen=True)
 class EvalResult:
     dataset: str
     metric: str
@@ -43,11 +51,11 @@ class EvalResult:
 
 def create_run(store: Store, *, eval_id: str, checkpoint: str, model_size_b: float, cluster: str,
                plan: Mapping[str, Any], job_ids: Mapping[str, str], run_dir: str, mode: str,
-               user: str | None = None) -> None:
+               state: str, user: str | None = None) -> None:
     with store.engine.begin() as conn:
         conn.execute(eval_runs.insert().values(
             eval_id=eval_id, checkpoint=checkpoint, model_size_b=model_size_b, cluster=cluster, user=user,
-            created_ts=time.time(), state="SUBMITTED", plan=json.dumps(plan), job_ids=json.dumps(dict(job_ids)),
+            created_ts=time.time(), state=state, plan=json.dumps(plan), job_ids=json.dumps(dict(job_ids)),
             run_dir=run_dir, mode=mode))
 
 
@@ -123,23 +131,27 @@ def trials(store: Store, eval_id: str) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in rows]
 
 
-def load_priors(store: Store, model_size_b: float) -> dict[str, Prior]:
-    """Measured priors for this model-size bucket."""
-    bucket = size_bucket(model_size_b)
+def load_priors(store: Store, bucket: float) -> dict[str, PriorRow]:
+    """Stored priors of one model-size bucket, by dataset."""
     with store.engine.connect() as conn:
         rows = conn.execute(select(eval_priors).where(eval_priors.c.model_size_b == bucket)).all()
-    return {r.dataset: Prior(r.gpu_s, r.cpu_s, r.samples) for r in rows}
+    return {r.dataset: PriorRow(r.gpu_s, r.cpu_s, r.samples) for r in rows}
 
 
-def update_priors(store: Store, model_size_b: float, measured: Mapping[str, tuple[float, float]]) -> dict[str, Prior]:
-    """Fold whole-dataset measurements (GPU s, CPU s) into the EWMA priors; return the new ones."""
-    bucket = size_bucket(model_size_b)
+def fold_priors(store: Store, bucket: float, datasets: Sequence[str],
+                fold: Callable[[Mapping[str, PriorRow]], Mapping[str, Any]]) -> dict[str, PriorRow]:
+    """Read the datasets' stored priors, replace them by ``fold(old)``, in one transaction.
+
+    ``fold`` is the caller's computation (the EWMA lives in ``evaluate.priors``); its
+    values carry ``gpu_s``, ``cpu_s`` and ``samples``.
+    """
     with store.engine.begin() as conn:
-        old = {r.dataset: Prior(r.gpu_s, r.cpu_s, r.samples) for r in conn.execute(
+        old = {r.dataset: PriorRow(r.gpu_s, r.cpu_s, r.samples) for r in conn.execute(
             select(eval_priors).where(eval_priors.c.model_size_b == bucket,
-                                      eval_priors.c.dataset.in_(list(measured)))).all()}
-        new = {name: ewma(old.get(name, Prior(0.0, 0.0, 0)), gpu, cpu) for name, (gpu, cpu) in measured.items()}
-        upsert(conn, eval_priors, [{"dataset": n, "model_size_b": bucket, "gpu_s": p.gpu_s, "cpu_s": p.cpu_s,
-                                    "samples": p.samples, "updated_ts": time.time()} for n, p in new.items()],
-               ["dataset", "model_size_b"])
+                                      eval_priors.c.dataset.in_(list(datasets)))).all()}
+        new = {n: PriorRow(p.gpu_s, p.cpu_s, p.samples) for n, p in fold(old).items()}
+        if new:
+            upsert(conn, eval_priors, [{"dataset": n, "model_size_b": bucket, "gpu_s": p.gpu_s, "cpu_s": p.cpu_s,
+                                        "samples": p.samples, "updated_ts": time.time()} for n, p in new.items()],
+                   ["dataset", "model_size_b"])
     return new

@@ -81,12 +81,12 @@ def test_trials_ran_from_the_node_local_copy_which_cleanup_removed(evaluation):
 def test_measured_runtimes_feed_the_next_plan(evaluation):
     from slurm_acme.config import load_config
     from slurm_acme.evaluate import service
-    from slurm_acme.store import evaluate as store_eval
+    from slurm_acme.evaluate.priors import measured_priors
     from slurm_acme.store import open_store
 
     store = open_store(evaluation["db"])
     size = service.model_size_b(evaluation["ckpt"])
-    measured = store_eval.load_priors(store, size)
+    measured = measured_priors(store, size)
     assert {n: p.samples for n, p in measured.items()} == {
         "tiny_arith": 1, "tiny_copy": 1, "tiny_choice": 1, "tiny_code": 1}
     cfg = load_config(evaluation["config"]).evaluate

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from slurm_acme.evaluate.aggregate import aggregate_run, collect
+from slurm_acme.evaluate.priors import measured_priors
 from slurm_acme.evaluate.spec import (
     DatasetSpec,
     RunSpec,
@@ -60,5 +61,5 @@ def test_aggregate_writes_results_priors_and_state(tmp_path, store):
     rows = {r.dataset: r for r in store_eval.results(store, "e1")}
     assert rows["a"].score == 0.3 and rows["a"].examples == 10
     assert rows["a"].gpu_s == 4.0 and abs(rows["a"].cpu_s - 0.4) < 1e-9
-    priors = store_eval.load_priors(store, 0.001)
+    priors = measured_priors(store, 0.001)
     assert priors["a"].gpu_s == 4.0 and priors["a"].samples == 1 and priors["b"].samples == 1

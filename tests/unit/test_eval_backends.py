@@ -3,62 +3,147 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from slurm_acme.errors import InputError
 from slurm_acme.evaluate.backends.external import (
+    ToolRun,
+    TrialFailed,
+    allocation_gpus,
+    check_opencompass_inference,
+    check_options,
     lm_eval_argv,
+    lm_eval_first_request_ts,
+    opencompass_abbr,
     opencompass_argv,
-    opencompass_config,
+    opencompass_infer_times,
     read_lm_eval_results,
     read_opencompass_results,
+    resolve_executable,
+    tool_python,
 )
 from slurm_acme.evaluate.scoring import exact_match, score_records
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "eval"
+OC = ToolRun("opencompass", "/venv/bin/opencompass", task_paths=("/my/oc",), model_args=("trust_remote_code=True",),
+             batch_size="4", max_out_len=16)
+LM = ToolRun("lm-eval", "/venv/bin/lm_eval", task_paths=("/my/tasks",), model_args=("dtype=float32",),
+             num_fewshot=5, limit=20, batch_size="auto")
+
 
 def test_opencompass_infer_then_eval_command_lines():
-    infer = opencompass_argv("/dev/shm/m", ["mmlu_ppl", "gsm8k_gen"], "/w/t000", mode="infer")
-    assert infer[:4] == ["opencompass", "--datasets", "mmlu_ppl", "gsm8k_gen"]
-    assert infer[infer.index("--hf-path") + 1] == "/dev/shm/m"
+    infer = opencompass_argv(OC, "/dev/shm/e/n1/ck", ["mmlu_ppl", "gsm8k_gen", "mmlu_ppl"], "/w/t000",
+                             mode="infer", gpus=1)
+    assert infer[:4] == ["/venv/bin/opencompass", "--datasets", "mmlu_ppl", "gsm8k_gen"]
+    assert infer[infer.index("--hf-path") + 1] == "/dev/shm/e/n1/ck"
     assert infer[infer.index("--mode") + 1] == "infer" and "--reuse" not in infer
-    evaluate = opencompass_argv("/dev/shm/m", ["mmlu_ppl"], "/w/t000", mode="eval")
-    assert evaluate[evaluate.index("--mode") + 1] == "eval"
-    assert evaluate[evaluate.index("--reuse") + 1] == "latest"
-    assert opencompass_config("mmlu", "ppl") == "mmlu_ppl" and opencompass_config("bbh", "gen") == "bbh_gen"
+    assert infer[infer.index("--hf-num-gpus") + 1] == "1" and infer[infer.index("--batch-size") + 1] == "4"
+    assert infer[infer.index("--config-dir") + 1] == "/my/oc"
+    assert infer[infer.index("--model-kwargs") + 1] == "trust_remote_code=True"
+    evaluate = opencompass_argv(OC, "/ckpt/ck", ["mmlu_ppl"], "/w/t000", mode="eval", gpus=0)
+    assert evaluate[evaluate.index("--mode") + 1] == "eval" and evaluate[-2:] == ["--reuse", "latest"]
+    assert opencompass_abbr("/dev/shm/e/n1/ck") == opencompass_abbr("/ckpt/ck/") == "ck_hf"
     with pytest.raises(InputError):
-        opencompass_argv("/m", ["x"], "/w", mode="all")
+        opencompass_argv(OC, "/m", ["x"], "/w", mode="all", gpus=0)
 
 
-def test_lm_eval_command_line():
-    argv = lm_eval_argv("/dev/shm/m", ["hellaswag", "arc_easy"], "/w/out")
-    assert argv[:3] == ["lm_eval", "--model", "hf"]
-    assert argv[argv.index("--model_args") + 1] == "pretrained=/dev/shm/m"
+def test_lm_eval_command_line_passes_the_options_and_the_allocations_device():
+    argv = lm_eval_argv(LM, "/dev/shm/m", ["hellaswag", "arc_easy"], "/w/out", gpus=1)
+    assert argv[:4] == ["/venv/bin/lm_eval", "run", "--model", "hf"]
+    assert argv[argv.index("--model_args") + 1] == "pretrained=/dev/shm/m,dtype=float32"
     assert argv[argv.index("--tasks") + 1] == "hellaswag,arc_easy"
     assert argv[argv.index("--output_path") + 1] == "/w/out" and "--log_samples" in argv
+    assert argv[argv.index("--include_path") + 1] == "/my/tasks"
+    assert argv[argv.index("--num_fewshot") + 1] == "5" and argv[argv.index("--limit") + 1] == "20"
+    assert argv[argv.index("--batch_size") + 1] == "auto" and argv[argv.index("--device") + 1] == "cuda:0"
+    assert lm_eval_argv(LM, "/m", ["x"], "/o", gpus=0)[argv.index("--device") + 1] == "cpu"
+    assert "--confirm_run_unsafe_code" not in argv
 
 
-def test_reads_the_newest_opencompass_results(tmp_path):
-    old = tmp_path / "20240101_000000" / "results" / "hf_model"
-    new = tmp_path / "20240102_000000" / "results" / "hf_model"
-    for folder, value in ((old, 10.0), (new, 45.5)):
-        folder.mkdir(parents=True)
-        (folder / "mmlu.json").write_text(json.dumps({"accuracy": value}))
-    (new / "openai_humaneval.json").write_text(json.dumps({"humaneval_pass@1": 12.2, "details": {}}))
-    out = read_opencompass_results(tmp_path)
-    assert out["mmlu"] == ("accuracy", pytest.approx(0.455))
-    assert out["openai_humaneval"] == ("humaneval_pass@1", pytest.approx(0.122))
+def test_device_comes_from_the_allocation():
+    assert allocation_gpus({"CUDA_VISIBLE_DEVICES": "3"}) == 1
+    assert allocation_gpus({"CUDA_VISIBLE_DEVICES": "0,1"}) == 2
+    assert allocation_gpus({}) == 0 and allocation_gpus({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}) == 0
 
 
-def test_reads_lm_eval_results_json(tmp_path):
-    model_dir = tmp_path / "__dev__shm__m"
-    model_dir.mkdir()
-    (model_dir / "results_2024-05-01T10-00-00.json").write_text(json.dumps({
-        "results": {"hellaswag": {"alias": "hellaswag", "acc,none": 0.51, "acc_stderr,none": 0.01,
-                                  "acc_norm,none": 0.6}}}))
-    assert read_lm_eval_results(tmp_path) == {"hellaswag": ("acc", 0.51)}
-    with pytest.raises(InputError):
-        read_lm_eval_results(tmp_path / "nothing")
+def test_options_a_tool_cannot_take_are_refused_by_name():
+    with pytest.raises(InputError, match=r"evaluate\.opencompass\.num_fewshot"):
+        check_options(ToolRun("opencompass", "/x", num_fewshot=3))
+    with pytest.raises(InputError, match="takes one --include_path"):
+        check_options(ToolRun("lm-eval", "/x", task_paths=("/a", "/b")))
+    with pytest.raises(InputError, match="batch_size"):
+        check_options(ToolRun("lm-eval", "/x", batch_size="many"))
+    check_options(LM)
+
+
+def test_executables_resolve_beside_the_interpreter_or_as_configured(tmp_path):
+    bin_dir = tmp_path / "venv-bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text("")
+    tool = bin_dir / "lm_eval"
+    tool.write_text(f"#!{bin_dir}/python\nimport sys\n")
+    tool.chmod(0o755)
+    assert resolve_executable("lm-eval", "", str(bin_dir / "python")) == str(tool)
+    assert resolve_executable("lm-eval", str(tool), "/usr/bin/python3") == str(tool)
+    assert tool_python(str(tool)) == f"{bin_dir}/python"
+    with pytest.raises(InputError, match="beside the worker's Python"):
+        resolve_executable("opencompass", "", str(bin_dir / "python"))
+    with pytest.raises(InputError, match="must be an absolute path"):
+        resolve_executable("lm-eval", "lm_eval", "/usr/bin/python3")
+
+
+def test_reads_lm_eval_results_by_metric_name_not_the_first_number(tmp_path):
+    scores = read_lm_eval_results(FIXTURES / "lm_eval", ["acme_tiny_mc", "acme_tiny_gen"])
+    # the file lists sample_len first: the metric is the task's declared one
+    assert scores["acme_tiny_mc"].metric == "acc,none" and scores["acme_tiny_mc"].value == pytest.approx(11 / 12)
+    assert scores["acme_tiny_gen"].metric == "exact_match,strip"
+    assert scores["acme_tiny_gen"].value == pytest.approx(0.1)
+    assert (scores["acme_tiny_mc"].n, scores["acme_tiny_gen"].n) == (12, 10)
+    with pytest.raises(TrialFailed, match="no result for task 'mmlu'"):
+        read_lm_eval_results(FIXTURES / "lm_eval", ["mmlu"])
+    with pytest.raises(TrialFailed, match="no results_"):
+        read_lm_eval_results(tmp_path, ["acme_tiny_mc"])
+
+
+def test_lm_eval_group_sums_its_subtasks_samples(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "results_2024-01-01T00-00-00.json").write_text(json.dumps({
+        "results": {"g": {"acc,none": 0.5, "acc_stderr,none": 0.1}, "a": {"acc,none": 0.4}, "b": {"acc,none": 0.6}},
+        "group_subtasks": {"g": ["a", "b"]}, "higher_is_better": {"g": {"acc": True}},
+        "n-samples": {"a": {"original": 10, "effective": 10}, "b": {"original": 30, "effective": 30}}}))
+    assert read_lm_eval_results(tmp_path, ["g"])["g"].n == 40
+
+
+def test_lm_eval_log_marks_when_requests_began():
+    text = (FIXTURES / "lm_eval" / "lm_eval.log").read_text()
+    first = lm_eval_first_request_ts(text)
+    assert first is not None and lm_eval_first_request_ts("nothing") is None
+
+
+def test_reads_opencompass_summary_metric_at_full_precision():
+    out = read_opencompass_results(FIXTURES / "opencompass", "tiny-hf_hf",
+                                   {"tiny_mc": ("acme_tiny_mc",), "tiny_gen": ("acme_tiny_gen",)})
+    assert out["tiny_mc"].metric == "accuracy" and out["tiny_mc"].value == pytest.approx(700 / 12)
+    assert out["tiny_gen"].metric == "score" and out["tiny_gen"].value == 0.0
+    assert (out["tiny_mc"].n, out["tiny_gen"].n) == (12, 10)
+
+
+def test_opencompass_infer_that_wrote_nothing_is_a_failed_trial(tmp_path):
+    assert check_opencompass_inference(FIXTURES / "opencompass", "tiny-hf_hf",
+                                       ["acme_tiny_mc", "acme_tiny_gen"]) == {"acme_tiny_mc": 12, "acme_tiny_gen": 10}
+    with pytest.raises(TrialFailed, match="wrote no predictions for 'mmlu'"):
+        check_opencompass_inference(FIXTURES / "opencompass", "tiny-hf_hf", ["mmlu"])
+    with pytest.raises(TrialFailed, match="no timestamped run folder"):
+        check_opencompass_inference(tmp_path, "tiny-hf_hf", ["x"])
+    with pytest.raises(TrialFailed, match="has no result for 'x'"):
+        read_opencompass_results(FIXTURES / "opencompass", "tiny-hf_hf", {"x": ("x",)})
+
+
+def test_opencompass_logged_load_and_inference_times():
+    load, inference = opencompass_infer_times(FIXTURES / "opencompass", "tiny-hf_hf")
+    assert load == 1.0 and inference == pytest.approx(0.97)
 
 
 def test_builtin_scoring_modes():

@@ -1,0 +1,46 @@
+"""The states of an evaluation and of its trials: one vocabulary, stored as their values."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class EvalState(str, Enum):
+    """An evaluation run as the store records it. Unknown stored text reads as UNKNOWN."""
+
+    PLANNED = "PLANNED"
+    SUBMITTED = "SUBMITTED"
+    COMPLETED = "COMPLETED"  # every dataset has a result
+    PARTIAL = "PARTIAL"  # aggregation ran; some datasets have no result
+    CANCELLED = "CANCELLED"
+    UNKNOWN = "UNKNOWN"
+
+    @classmethod
+    def parse(cls, text: str | None) -> EvalState:
+        try:
+            return cls(text or "")
+        except ValueError:
+            return cls.UNKNOWN
+
+    def is_terminal(self) -> bool:
+        return self in (EvalState.COMPLETED, EvalState.PARTIAL, EvalState.CANCELLED)
+
+
+class TrialState(str, Enum):
+    """One trial, from the files its jobs left in the run dir."""
+
+    MISSING = "MISSING"  # no inference record
+    INFERRED = "INFERRED"  # inference done, not scored
+    SCORED = "SCORED"
+    FAILED = "FAILED"  # a step failed and left a note
+    UNKNOWN = "UNKNOWN"
+
+    @classmethod
+    def parse(cls, text: str | None) -> TrialState:
+        try:
+            return cls(text or "")
+        except ValueError:
+            return cls.UNKNOWN
+
+    def is_terminal(self) -> bool:
+        return self in (TrialState.SCORED, TrialState.FAILED)
