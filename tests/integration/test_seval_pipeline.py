@@ -96,11 +96,30 @@ def test_measured_runtimes_feed_the_next_plan(evaluation):
     assert again.plan.total_gpu_s == pytest.approx(sum(p.gpu_s for p in measured.values()))
 
 
+def _accounted_tasks(evaluation, arrays: set[str], expected: int):  # type: ignore[no-untyped-def]
+    """sacct's records of every array task once all ``expected`` have ended: slurmdbd learns of
+    each task's end asynchronously, and a windowed query can miss a task for seconds."""
+    import time
+
+    ids = evaluation["submitted"]["job_ids"]
+    deadline = time.monotonic() + 120
+    while True:
+        jobs = evaluation["slurm"].sacct(evaluation["started"], job_ids=list(ids.values()))
+        tasks = [j for j in jobs if j.array_job_id in arrays and j.state.is_terminal() and j.end is not None]
+        if len(tasks) >= expected:
+            return jobs
+        if time.monotonic() > deadline:
+            pytest.fail(f"sacct shows {len(tasks)} of {expected} array tasks of {sorted(arrays)} ended after 120s")
+        time.sleep(1)
+
+
 def test_sacct_shows_gpus_released_before_the_last_scoring_ends(evaluation):
     ids = evaluation["submitted"]["job_ids"]
-    jobs = evaluation["slurm"].sacct(evaluation["started"], job_ids=list(ids.values()))
     gpu_arrays = {ids["gpu-0"], ids["gpu-1"]}
     score_arrays = {ids["score-0"], ids["score-1"]}
+    work = evaluation["work"] / evaluation["submitted"]["eval_id"]
+    trials = len(json.loads((work / "spec.json").read_text())["trials"])
+    jobs = _accounted_tasks(evaluation, gpu_arrays | score_arrays, 2 * trials)
     gpu = [j for j in jobs if j.array_job_id in gpu_arrays]
     score = [j for j in jobs if j.array_job_id in score_arrays]
     assert len(gpu) == len(score) >= 4
@@ -117,7 +136,6 @@ def test_sacct_shows_gpus_released_before_the_last_scoring_ends(evaluation):
         for j in (s for s in score if s.array_job_id == ids[f"score-{node}"]):
             assert j.start >= gpu_end[j.array_task_id]
     # the precise clocks of the steps: every trial's GPU part ended before its scoring did
-    work = evaluation["work"] / evaluation["submitted"]["eval_id"]
     for path in (work / "score").glob("t*.json"):
         scored = json.loads(path.read_text())
         timing = json.loads((work / "timing" / path.name).read_text())

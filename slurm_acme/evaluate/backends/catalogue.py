@@ -37,10 +37,11 @@ print(json.dumps(os.path.join(os.path.dirname(opencompass.__file__), "configs"))
 _OPENCOMPASS_ABBRS = """
 import json, sys
 from mmengine.config import Config
+from opencompass.utils import dataset_abbr_from_cfg
 out = {}
 for name, path in json.loads(sys.argv[1]).items():
     cfg = Config.fromfile(path)
-    out[name] = [d["abbr"] for k in cfg.keys() if k.endswith("_datasets") for d in cfg[k]]
+    out[name] = [dataset_abbr_from_cfg(d) for k in cfg.keys() if k.endswith("_datasets") for d in cfg[k]]
 print(json.dumps(out))
 """
 
