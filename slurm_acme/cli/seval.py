@@ -114,6 +114,8 @@ def run(app: AppContext, checkpoint: str, datasets_spec: str, node_count: int, n
         checkpoint=checkpoint, datasets=datasets_spec, node_count=node_count,
         nodelist=tuple(n for n in nodelist.split(",") if n), gpus_per_node=gpus_per_node, backend=backend,
         mode=mode, model_size_b=model_size_b, seed=seed, tool=tool)
+    if (backend or cfg.backend) != "builtin":
+        _err(f"seval: checking the datasets against {backend or cfg.backend}'s own task list ...")
     if dry_run:
         prepared = service.plan_run(cfg, request, db_url=app.store_url)
         _print_dry_run(prepared, as_json)

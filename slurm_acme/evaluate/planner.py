@@ -327,10 +327,11 @@ def _wrap_plan(datasets: Sequence[Dataset], priors: Mapping[str, Prior], res: Re
 # ---------------------------------------------------------------------- plan
 
 def _lpt_plan(datasets: Sequence[Dataset], priors: Mapping[str, Prior], res: Resources,
-              cap_s: float, seed: int, merge_cap: float | None = None) -> list[Trial]:
+              cap_s: float, seed: int, merge_cap: float | None = None,
+              small_share: float = 0.5) -> list[Trial]:
     shards = [s for ds in datasets for s in split_dataset(ds, priors[ds.name], cap_s, res.cpus_per_score_task)]
     merge = cap_s if merge_cap is None else merge_cap
-    groups = merge_small(shards, merge, small_s=merge / 2)
+    groups = merge_small(shards, merge, small_s=merge * small_share)
     trials = [Trial(trial_id="", shards=tuple(g), gpu_s=res.trial_overhead_s + sum(s.gpu_s for s in g),
                     cpu_s=sum(s.cpu_s for s in g)) for g in groups]
     ordered = order_trials(trials, random.Random(seed))
@@ -358,6 +359,9 @@ def plan_evaluation(datasets: Sequence[Dataset], priors: Mapping[str, Prior], re
         granularities = ()
         whole = math.inf
         candidates.append(("lpt", 1, cap0, _lpt_plan(datasets, priors, res, whole, seed, merge_cap=cap0)))
+        # every whole dataset under a slot's share may merge: fewer engine starts
+        candidates.append(("lpt", 1, cap0, _lpt_plan(datasets, priors, res, whole, seed, merge_cap=cap0,
+                                                     small_share=1.0)))
     for g in granularities:
         candidates.append(("lpt", g, cap0 / g, _lpt_plan(datasets, priors, res, cap0 / g, seed)))
     for parts in (1, 2, 3) if splittable else ():

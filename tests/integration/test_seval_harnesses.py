@@ -36,7 +36,7 @@ def world(tmp_path_factory):  # type: ignore[no-untyped-def]
     config = base / "acme.toml"
     config.write_text(
         f'[evaluate]\nwork_dir = "{base / "work"}"\nlocal_dir = "{local_dir}"\n'
-        f'datasets_files = ["{w.registry}"]\ngpus_per_node = 2\ntrial_overhead_s = 3.0\n'
+        f'datasets_files = ["{w.registry}"]\ngpus_per_node = 1\ntrial_overhead_s = 3.0\n'
         'time_limit = "00:15:00"\n'
         f'[evaluate.lm_eval]\ntask_paths = ["{w.include_path}"]\n'
         f'[evaluate.opencompass]\ntask_paths = ["{w.config_dir}"]\n', encoding="utf-8")
@@ -54,8 +54,10 @@ def _seval(world, slurm_cluster, *args: str, check: bool = True) -> subprocess.C
 
 
 @pytest.fixture(scope="module")
-def evaluations(world, slurm_cluster, wait_job):  # type: ignore[no-untyped-def]
-    """Both backends submitted at once, the direct tool runs done while they run, then waited for."""
+def evaluations(world, slurm_cluster, wait_accounted):  # type: ignore[no-untyped-def]
+    """Both backends submitted at once, the direct tool runs done while they run, then waited for.
+    One GPU slot: both tasks go into one trial, so each tool runs once per step (and the
+    readers see two tasks in one output)."""
     from slurm_acme.slurm import Slurm
 
     model = str(world["w"].model)
@@ -65,9 +67,8 @@ def evaluations(world, slurm_cluster, wait_job):  # type: ignore[no-untyped-def]
                       "--json")
         submitted[backend] = json.loads(proc.stdout)
     direct = {"lm-eval": _lm_eval_directly(world), "opencompass": _opencompass_directly(world)}
-    slurm = Slurm(timeout=60)
-    for doc in submitted.values():
-        wait_job(slurm, doc["job_ids"]["aggregate"], timeout=900, poll=3)
+    slurm = Slurm(timeout=60)  # the jobs may have ended long ago: ask accounting, not scontrol
+    wait_accounted(slurm, [doc["job_ids"]["aggregate"] for doc in submitted.values()], timeout=900, poll=3)
     return {"submitted": submitted, "direct": direct, "slurm": slurm}
 
 
