@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from harness_world import CHOICE_TASK, GEN_TASK, OC_CHOICE, OC_GEN, OFFLINE_ENV, build_world
 
-pytestmark = pytest.mark.integration
+#: Setting up both evaluations and the direct runs takes minutes on a loaded 2-core machine.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
 
 BIN = Path(sys.executable).parent
 SEVAL = str(BIN / "seval")
