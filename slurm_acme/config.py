@@ -153,9 +153,6 @@ class HarnessToolConfig(_Section):
     batch_size: str = "1"
     #: OpenCompass ``--max-out-len`` (lm-eval takes it from each task).
     max_out_len: int = Field(default=256, ge=1)
-    #: Datasets scored by running model-written code (HumanEval, MBPP) run it outside
-    #: seval's sandbox, inside the tool; refused unless this is set.
-    allow_code_execution: bool = False
 
 
 class EvaluateConfig(_Section):
@@ -180,7 +177,9 @@ class EvaluateConfig(_Section):
     #: Run generated code (code-scoring datasets) without OS isolation where bubblewrap
     #: or user namespaces are unavailable. Only honoured from the system config.
     allow_unsandboxed_code: bool = False
-
+    #: External harnesses: datasets scored by running model-written code (HumanEval,
+    #: MBPP) run it inside the tool, outside seval's sandbox; they are refused unless
+    #: the site sets ``allow_unsandboxed_code`` above.
     lm_eval: HarnessToolConfig = Field(default_factory=HarnessToolConfig)
     opencompass: HarnessToolConfig = Field(default_factory=HarnessToolConfig)
 

@@ -85,7 +85,7 @@ def tool_run(cfg: EvaluateConfig, backend: str, overrides: Mapping[str, Any], py
         task_paths=tuple(str(Path(p).expanduser().resolve()) for p in merged.task_paths),
         model_args=tuple(merged.model_args), num_fewshot=merged.num_fewshot, limit=merged.limit,
         batch_size=merged.batch_size, max_out_len=merged.max_out_len,
-        allow_code_execution=merged.allow_code_execution)
+        allow_code_execution=cfg.allow_unsandboxed_code)  # granted by the system config only
     ext.check_options(tool)
     for path in tool.task_paths:
         if not Path(path).is_dir():
@@ -99,8 +99,8 @@ def _tool_parts(datasets: Sequence[Dataset], backend: str, tool: ext.ToolRun,
     unsafe = [d.name for d in datasets if d.is_code and not tool.allow_code_execution]
     if unsafe:
         raise InputError(f"--datasets: {', '.join(unsafe)} run model-written code inside {backend}, outside "
-                         f"seval's sandbox; use --backend builtin, or set evaluate.{backend.replace('-', '_')}"
-                         ".allow_code_execution = true to accept that")
+                         "seval's sandbox; use --backend builtin, or have the site set "
+                         "evaluate.allow_unsandboxed_code = true in /etc/acme/acme.toml")
     wanted = {d.name: d.tool_task(backend) for d in datasets}
     catalogue = catalogue or load_catalogue(tool, [t for t in wanted.values() if t])
     check_names(catalogue, wanted)

@@ -51,7 +51,7 @@ class EvalResult:
 
 def create_run(store: Store, *, eval_id: str, checkpoint: str, model_size_b: float, cluster: str,
                plan: Mapping[str, Any], job_ids: Mapping[str, str], run_dir: str, mode: str,
-               state: str, user: str | None = None) -> None:
+               state: str = "SUBMITTED", user: str | None = None) -> None:
     with store.engine.begin() as conn:
         conn.execute(eval_runs.insert().values(
             eval_id=eval_id, checkpoint=checkpoint, model_size_b=model_size_b, cluster=cluster, user=user,

@@ -96,7 +96,7 @@ def test_code_datasets_are_refused_unless_the_tool_may_run_code(tmp_path, tools,
     with pytest.raises(InputError, match="outside seval's sandbox"):
         service.prepare(_cfg(tmp_path), str(ckpt), "openai_humaneval", nodes=["n1"], db_url="sqlite://",
                         backend="lm-eval", catalogue=catalogue, python=str(tools / "python"))
-    prepared = service.prepare(_cfg(tmp_path, lm_eval={"allow_code_execution": True}), str(ckpt),
+    prepared = service.prepare(_cfg(tmp_path, allow_unsandboxed_code=True), str(ckpt),
                                "openai_humaneval", nodes=["n1"], db_url="sqlite://", backend="lm-eval",
                                catalogue=catalogue, python=str(tools / "python"))
     assert "--confirm_run_unsafe_code" in service.tool_commands(prepared)[0][2]
