@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from slurm_acme.errors import InputError
 from slurm_acme.report import utilisation
+from slurm_acme.report.findings import findings
 from slurm_acme.report.model import (
     LARGE_JOB_GPUS,
     PERCENTILES,
@@ -27,6 +28,7 @@ from slurm_acme.report.model import (
 )
 from slurm_acme.report.period import Period
 from slurm_acme.report.reference import reference_rows
+from slurm_acme.report.trends import trends_section
 from slurm_acme.store import Store
 from slurm_acme.store import report as q
 from slurm_acme.store.report import (
@@ -242,8 +244,15 @@ def build_report(
         jobs = job_sections(reader.jobs(), flt, period)
         utilisation, power = telemetry_sections(reader, tdp_watts)
         failures = failure_section(reader)
+    sections = {
+        "overview": jobs.overview, "workload": jobs.workload, "durations": jobs.durations,
+        "scale": jobs.scale, "states": jobs.states, "utilisation": utilisation, "power": power,
+        "failures": failures,
+    }
     return Report(
+        findings=findings(sections),
         overview=jobs.overview,
+        trends=trends_section(store, flt, tdp_watts),
         workload=jobs.workload,
         durations=jobs.durations,
         scale=jobs.scale,

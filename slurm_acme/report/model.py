@@ -1,7 +1,23 @@
-"""The report as data: nine sections, each JSON-ready (plain floats, shares as
+"""The report as data: eleven sections, each JSON-ready (plain floats, shares as
 fractions 0..1, ``None`` where a figure is undefined, e.g. a share of zero jobs).
 
 Section shapes (all numbers floats):
+
+- ``findings``: the headline findings, first on every page: a list of
+  ``{"key", "label", "value", "unit", "acme_value", "acme_text", "text",
+  "source", "available"}``. ``value`` is this site's figure (``None`` and
+  ``available: false`` when its data is missing, which ``text`` says);
+  ``acme_value`` is Acme's (a number, a ``[low, high]`` range, or ``None``
+  where the paper states it in words, see ``acme_text``); ``text`` is one
+  sentence with the number; ``source`` cites where Acme's figure comes from.
+  See :mod:`slurm_acme.report.findings`.
+- ``trends``: ``None`` unless the period spans more than one calendar month;
+  else ``{"months": [...]}``, one row per month (UTC, clipped to the period):
+  ``month``, ``since``, ``until``, ``partial``, ``jobs``, ``gpu_jobs``,
+  ``gpu_hours``, ``workload`` (per type ``gpu_job_share``,
+  ``gpu_time_share``), ``gpu_run_time_median_s``, ``gpu_queue_median_s``,
+  ``failed_gpu_time_share``, ``util_median``, ``sm_active_median_pct`` (the
+  utilisation section's medians, %).
 
 - ``overview``: period, filters, ``empty``, ``jobs``, ``cpu_jobs``, ``gpu_jobs``,
   ``gpu_hours``, ``gpu_run_time_{median,mean,max}_s``,
@@ -61,15 +77,18 @@ SCALE_CDF_KS = tuple(range(14))
 #: Jobs of at least this many GPUs are "large" (the paper's Fig. 3 cut).
 LARGE_JOB_GPUS = 256
 
+#: Section keys in page order (JSON keys, HTML ids).
 SECTIONS = (
-    "overview", "workload", "durations", "scale", "states",
+    "findings", "overview", "trends", "workload", "durations", "scale", "states",
     "utilisation", "power", "failures", "compare",
 )
 
 
 @dataclass(frozen=True)
 class Report:
+    findings: list[dict[str, Any]]
     overview: dict[str, Any]
+    trends: dict[str, Any] | None
     workload: dict[str, Any]
     durations: dict[str, Any]
     scale: dict[str, Any]

@@ -14,6 +14,10 @@ from slurm_acme.report.model import SECTIONS, Report
 def _item_name(index: int, item: Any) -> str:
     """A stable, readable key for one element of a list section."""
     if isinstance(item, dict):
+        if "key" in item:
+            return str(item["key"])
+        if "month" in item:
+            return str(item["month"])
         if "cluster" in item:
             return str(item["cluster"])
         if "category" in item:
@@ -27,6 +31,10 @@ def _item_name(index: int, item: Any) -> str:
     return str(index)
 
 
+#: Fields that name a list item (they become part of its key, not value rows).
+_IDENTIFYING = ("key", "month", "cluster", "origin", "category", "le_s", "gpus")
+
+
 def flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     """``{"a": {"b": 1}}`` -> ``("a.b", 1)``; identifying fields of list items
     become part of the key instead of a value row."""
@@ -37,8 +45,7 @@ def flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         for index, item in enumerate(value):
             name = _item_name(index, item)
             if isinstance(item, dict):
-                item = {k: v for k, v in item.items()
-                        if k not in ("cluster", "origin", "category", "le_s", "gpus")}
+                item = {k: v for k, v in item.items() if k not in _IDENTIFYING}
             yield from flatten(item, f"{prefix}.{name}" if prefix else name)
     else:
         yield prefix, value

@@ -12,11 +12,12 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-#: Line styles per source, so the site stands out and Acme's clusters stay apart.
-_STYLE: dict[str, dict[str, Any]] = {"site": {"color": "black", "linewidth": 2.4},
-          "Seren": {"color": "tab:blue", "linewidth": 1.2},
-          "Kalos": {"color": "tab:orange", "linewidth": 1.2},
-          "Philly": {"color": "tab:green", "linewidth": 1.2, "linestyle": "--"}}
+from slurm_acme.report.labels import legend_label
+from slurm_acme.report.palette import colour, gid
+
+#: Line styles per source, so the site stands out and Acme's clusters stay apart
+#: (colours: the report's one cluster palette).
+_STYLE: dict[str, dict[str, Any]] = {"site": {"linewidth": 2.4}, "Philly": {"linestyle": "--"}}
 
 
 def overlaid_cdfs(beside_acme: Mapping[str, Any], keys: Sequence[str] | None = None,
@@ -32,8 +33,10 @@ def overlaid_cdfs(beside_acme: Mapping[str, Any], keys: Sequence[str] | None = N
         for curve in metric["curves"]:
             xs = [p[0] for p in curve["points"]]
             ys = [100.0 * p[1] for p in curve["points"]]
-            label = site_label if curve["source"] == "site" else curve["source"]
-            ax.step(xs, ys, where="post", label=label, **_STYLE.get(curve["source"], {}))
+            label = site_label if curve["source"] == "site" else legend_label("cluster", curve["source"])
+            (line,) = ax.step(xs, ys, where="post", label=label, color=colour("cluster", curve["source"]),
+                              **{"linewidth": 1.2, **_STYLE.get(curve["source"], {})})
+            line.set_gid(gid("cluster", curve["source"]))
         ax.set_title(f"{metric['label']} ({metric['unit']})", fontsize=8)
         ax.set_ylabel("CDF (%)", fontsize=7)
         ax.set_ylim(0, 100)

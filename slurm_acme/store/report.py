@@ -708,3 +708,13 @@ def cluster_exists(store: Any, cluster: str) -> bool:
     """An index seek, so validating ``--cluster`` costs nothing on a big store."""
     with store.engine.connect() as conn:
         return _cluster_exists(conn, cluster)
+
+
+def submit_span(store: Any, flt: JobFilter) -> tuple[float, float] | None:
+    """The first and last submit time of the jobs ``flt`` selects (``None``
+    without jobs): where a report over open-ended bounds starts and ends."""
+    j = jobs.c
+    with store.engine.connect() as conn:
+        lo, hi = conn.execute(select(func.min(j.submit_ts), func.max(j.submit_ts))
+                              .where(_where(_job_conds(flt)))).one()
+    return None if lo is None else (float(lo), float(hi))

@@ -12,6 +12,7 @@ import pytest
 from slurm_acme.access import Viewer, visible_user
 from slurm_acme.cli.main import run_cli, sacme
 from slurm_acme.errors import InputError
+from slurm_acme.report.labels import SECTION_TITLES
 from slurm_acme.report.model import SECTIONS
 from slurm_acme.report.period import month_period, resolve_period
 from slurm_acme.report.synthetic import synthetic_jobs
@@ -58,11 +59,16 @@ def test_json_has_one_key_per_section_and_only_plain_floats(capsys, db: str) -> 
     assert all(0 <= s <= 1 for s in shares) and sum(shares) == pytest.approx(1.0)
 
 
-def test_text_report_shows_every_job_section(capsys, db: str) -> None:  # type: ignore[no-untyped-def]
+def test_text_report_leads_with_findings_then_every_job_section(capsys, db: str) -> None:  # type: ignore[no-untyped-def]
     code, out, _ = sacme_run(capsys, db, "--month", "2023-07", "--compare")
     assert code == 0
-    for title in ("overview", "workload", "durations: GPU-job run time", "durations: GPU-job queue delay",
-                  "scale", "states", "compare"):
+    lines = out.splitlines()
+    assert lines[0] == "sacme report: 2023-07 (all jobs)"
+    assert next(line for line in lines[1:] if line.strip()).startswith("Findings")
+    positions = [out.index(f"\n{SECTION_TITLES[s]}\n") for s in
+                 ("overview", "workload", "durations", "scale", "states", "compare")]
+    assert positions == sorted(positions) and out.index("Findings") < positions[0]
+    for title in ("GPU-job run time: percentiles", "GPU-job queue delay: percentiles", "GPU time by job size"):
         assert title in out
     assert "Philly" in out and "Helios" in out
 

@@ -352,16 +352,24 @@ def load(store, data: dict) -> None:  # type: ignore[no-untyped-def]
     the flush builds as samples arrive); reports read only the rollups."""
     with store.engine.begin() as conn:
         upsert(conn, jobs_table, data["jobs"], ["cluster", "job_id"])
-        upsert(conn, gpu_samples, data["gpu_samples"], ["cluster", "node", "ts", "gpu_index"], update=())
-        upsert(conn, node_samples, data["node_samples"], ["cluster", "node", "ts"], update=())
-        conn.execute(failures_table.insert(), data["failures"])
+        if data["gpu_samples"]:
+            upsert(conn, gpu_samples, data["gpu_samples"], ["cluster", "node", "ts", "gpu_index"], update=())
+        if data["node_samples"]:
+            upsert(conn, node_samples, data["node_samples"], ["cluster", "node", "ts"], update=())
+        if data["failures"]:
+            conn.execute(failures_table.insert(), data["failures"])
     rebuild_from_samples(store, window_s=40 * 86400.0)
 
 
 @pytest.fixture
 def loaded(store):  # type: ignore[no-untyped-def]
-    data = make_data()
-    # duplicate (cluster, node, ts, gpu) keys collapse in the store; keep the first, as insert-or-ignore does
+    return store, load_unique(store, make_data())
+
+
+def load_unique(store, data: dict) -> dict:  # type: ignore[no-untyped-def]
+    """Load ``data``; duplicate (cluster, node, ts, gpu) sample keys collapse in
+    the store, so keep the first, as insert-or-ignore does, and return the data
+    as stored."""
     for table, key in (("gpu_samples", ("cluster", "node", "ts", "gpu_index")), ("node_samples", ("cluster", "node", "ts"))):
         seen, unique = set(), []
         for row in data[table]:
@@ -370,7 +378,7 @@ def loaded(store):  # type: ignore[no-untyped-def]
                 unique.append(row)
         data[table] = unique
     load(store, data)
-    return store, data
+    return data
 
 
 def check(store, data: dict, flt: JobFilter, period: Period) -> dict:  # type: ignore[no-untyped-def]
