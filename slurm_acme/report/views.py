@@ -138,10 +138,10 @@ def beside_acme_table(beside: dict[str, Any]) -> TableView:
             return "-"
         return fmt(value, "watts") if unit == "W" else f"{fmt(value)} {unit}"
 
-    return TableView("Utilisation and power beside Acme (Figs. 7-9): medians and key shares", ("figure", "this site", *clusters),
-                     tuple((r["label"], cell(r["site"], r["unit"]), *[cell(r["acme"][c], r["unit"]) for c in clusters])
-                           for r in rows),
-                     note=beside["credit"])
+    body = tuple((r["label"], cell(r["site"], r["unit"]), *[cell(r["acme"][c], r["unit"]) for c in clusters])
+                 for r in rows)
+    return TableView("Utilisation and power beside Acme (Figs. 7-9): medians and key shares",
+                     ("figure", "this site", *clusters), body, note=beside["credit"])
 
 
 def utilisation_tables(u: dict[str, Any]) -> list[TableView]:
