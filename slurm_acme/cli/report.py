@@ -29,8 +29,10 @@ def report(app: AppContext, month: str | None, since: str | None, until: str | N
     """Characterise a cluster's jobs, utilisation, power and failures (paper s3-s5).
 
     \b
-    Sections: overview, workload, durations, scale, states, utilisation,
-    power, failures, compare (--format json has exactly these keys).
+    Sections: findings (this site beside Acme, first), overview, trends
+    (month by month, when the period spans months), workload, durations,
+    scale, states, utilisation, power, failures, compare (--format json has
+    exactly these keys).
     Jobs count in the period their submit time (UTC) falls in; GPU-job
     figures use jobs with gpus > 0; TIMEOUT, NODE_FAIL, OUT_OF_MEMORY,
     BOOT_FAIL and DEADLINE count as failed. Percentiles are nearest rank:

@@ -122,8 +122,8 @@ def _scalars(data: dict[str, Any]) -> list[str]:
 def _bounds_note(bounds: dict[str, str] | None) -> str:
     if not bounds:
         return ""
-    return ("Read off the hourly telemetry rollups; medians are within a histogram bin of the exact value ("
-            + "; ".join(f"{name}: {how}" for name, how in bounds.items()) + ").")
+    hows = sorted(set(bounds.values()))
+    return f"Medians read off the hourly telemetry rollups: each {' or '.join(hows)} from the exact value."
 
 
 def beside_acme_table(beside: dict[str, Any]) -> TableView:
@@ -136,7 +136,9 @@ def beside_acme_table(beside: dict[str, Any]) -> TableView:
             return fmt(value, "share")
         if value is None:
             return "-"
-        return fmt(value, "watts") if unit == "W" else f"{fmt(value)} {unit}"
+        if unit in ("W", "%"):
+            return fmt(value, "watts" if unit == "W" else "percent")
+        return f"{fmt(value)} {unit}"
 
     body = tuple((r["label"], cell(r["site"], r["unit"]), *[cell(r["acme"][c], r["unit"]) for c in clusters])
                  for r in rows)
@@ -156,7 +158,8 @@ def power_tables(p: dict[str, Any]) -> list[TableView]:
     notes = []
     bounds = p.get("over_tdp_share_bounds")
     if bounds:
-        notes.append(f"Samples strictly above TDP: {fmt(bounds[0], 'share')} to {fmt(bounds[1], 'share')}.")
+        low, high = (fmt(b, "share") for b in bounds)
+        notes.append(f"Samples strictly above TDP: {low if low == high else f'{low} to {high}'}.")
     if p.get("quantile_bounds"):
         notes.append(_bounds_note(p["quantile_bounds"]))
     return [TableView("", ("figure", "value"), tuple((label(k), fmt_key(k, p[k])) for k in _scalars(p)),
