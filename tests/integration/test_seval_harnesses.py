@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -41,8 +42,9 @@ def world(tmp_path_factory):  # type: ignore[no-untyped-def]
         'time_limit = "00:15:00"\n'
         f'[evaluate.lm_eval]\ntask_paths = ["{w.include_path}"]\n'
         f'[evaluate.opencompass]\ntask_paths = ["{w.config_dir}"]\n', encoding="utf-8")
-    return {"w": w, "base": base, "config": config, "db": f"sqlite:///{base / 'acme.db'}",
-            "env": {**os.environ, **OFFLINE_ENV}}
+    yield {"w": w, "base": base, "config": config, "db": f"sqlite:///{base / 'acme.db'}",
+           "env": {**os.environ, **OFFLINE_ENV}}
+    shutil.rmtree(local_dir, ignore_errors=True)  # the cleanup jobs removed what was inside
 
 
 def _seval(world, slurm_cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
