@@ -160,6 +160,8 @@ def parse_rule(data: Any, source: str) -> Rule:
         )
     except re.error as exc:
         raise InputError(f"{source}: rule {rid!r}: bad regex: {exc}") from None
+    except (TypeError, ValueError, OverflowError) as exc:  # e.g. confidence: "high", node: [1]
+        raise InputError(f"{source}: rule {rid!r}: bad value: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,9 @@ def parse_rule_file(text: str, source: str) -> RuleFile:
     rules = data.get("rules") or []
     if not isinstance(rules, list):
         raise InputError(f"{source}: 'rules' must be a list")
+    for key in ("prefilter", "ignore", "node_patterns", "reporter_patterns", "disable"):
+        if not isinstance(data.get(key) or [], list):
+            raise InputError(f"{source}: {key!r} must be a list")
     prefilter = tuple(str(k) for k in data.get("prefilter") or ())
     for keyword in prefilter:
         if re.search(r"[0-9]", keyword) or not keyword:

@@ -45,6 +45,17 @@ def load_json(text: str | Doc, what: str = "slurm") -> Doc:
     return doc
 
 
+#: What a parser may trip on in a document whose layout it does not know (a field of
+#: another type, a record that is not an object); turned into :class:`SlurmParseError`.
+_LAYOUT_ERRORS = (AttributeError, TypeError, KeyError, ValueError, IndexError, OverflowError)
+
+
+def _unexpected_layout(what: str, exc: Exception) -> SlurmParseError:
+    return SlurmParseError([what, "--json"], 0, "",
+                           f"`{what} --json` printed a layout this slurm-acme cannot read "
+                           f"({type(exc).__name__}: {str(exc)[:200]})")
+
+
 def plugin_version(doc: Doc) -> str:
     """The OpenAPI plugin that wrote ``doc``, e.g. ``openapi/dbv0.0.38`` ('' if absent)."""
     plugin = (doc.get("meta") or {}).get("plugin") or {}
@@ -186,12 +197,15 @@ def parse_sacct_json(text: str | Doc) -> list[SacctJob]:
     doc = load_json(text, "sacct")
     latest: dict[tuple[str, str], Mapping[str, Any]] = {}
     rows: dict[tuple[str, str], int] = {}
-    for raw in doc.get("jobs") or ():
-        key = (as_text(raw.get("cluster")), str(number(raw.get("job_id"))))
-        rows[key] = rows.get(key, 0) + 1
-        if key not in latest or _submitted(raw) >= _submitted(latest[key]):
-            latest[key] = raw
-    return [_sacct_job(raw, rows[key] - 1) for key, raw in latest.items()]
+    try:
+        for raw in doc.get("jobs") or ():
+            key = (as_text(raw.get("cluster")), str(number(raw.get("job_id"))))
+            rows[key] = rows.get(key, 0) + 1
+            if key not in latest or _submitted(raw) >= _submitted(latest[key]):
+                latest[key] = raw
+        return [_sacct_job(raw, rows[key] - 1) for key, raw in latest.items()]
+    except _LAYOUT_ERRORS as exc:
+        raise _unexpected_layout("sacct", exc) from None
 
 
 def _submitted(raw: Doc) -> int:
@@ -258,7 +272,11 @@ def parse_sacct_exit_codes(text: str) -> dict[str, tuple[int, int | None]]:
 
 def parse_squeue_json(text: str | Doc) -> list[QueueJob]:
     """Jobs in the queue from ``squeue --json``."""
-    return [_queue_job(raw) for raw in load_json(text, "squeue").get("jobs") or ()]
+    doc = load_json(text, "squeue")
+    try:
+        return [_queue_job(raw) for raw in doc.get("jobs") or ()]
+    except _LAYOUT_ERRORS as exc:
+        raise _unexpected_layout("squeue", exc) from None
 
 
 def _queue_end(raw: Doc, state: JobState) -> datetime | None:
@@ -384,6 +402,10 @@ def parse_job_gpu_groups(text: str) -> list[tuple[str, list[int]]]:
     return groups
 
 
+#: More node names than any cluster has: a hostlist past this is not Slurm's.
+MAX_HOSTLIST_NAMES = 1 << 20
+
+
 def expand_hostlist(hostlist: str) -> list[str]:
     """``node[1-3,5],gpu7`` -> node1 node2 node3 node5 gpu7, keeping zero padding.
 
@@ -399,6 +421,11 @@ def expand_hostlist(hostlist: str) -> list[str]:
         prefix, ranges, suffix = match.groups()
         for part in ranges.split(","):
             lo, _, hi = part.partition("-")
+            if not lo.isdigit() or not (hi or lo).isdigit() or not lo.isascii() or not (hi or lo).isascii():
+                raise SlurmParseError(["hostlist"], 0, "", f"not a Slurm hostlist: {hostlist[:200]!r}")
+            if int(hi or lo) - int(lo) + len(names) >= MAX_HOSTLIST_NAMES:
+                raise SlurmParseError(["hostlist"], 0, "", f"hostlist of over {MAX_HOSTLIST_NAMES} names: "
+                                                           f"{hostlist[:200]!r}")
             for number in range(int(lo), int(hi or lo) + 1):
                 names.append(f"{prefix}{number:0{len(lo)}d}{suffix}")
     return names
