@@ -118,10 +118,13 @@ def flush(ctx: click.Context, all_nodes: bool, as_json: bool) -> None:
 @click.pass_context
 def summaries(ctx: click.Context, as_json: bool, limit: int, job_ids: tuple[str, ...]) -> None:
     """Per-job telemetry summaries in the store (latest first)."""
+    from slurm_acme.access import current_viewer, is_admin
     from slurm_acme.store import telemetry as tstore
 
     app: AppContext = ctx.obj
-    rows = tstore.recent_summaries(app.store(), limit, list(job_ids) or None)
+    viewer = current_viewer()
+    rows = tstore.recent_summaries(app.store(readonly=True), limit, list(job_ids) or None,
+                                   user=None if is_admin(viewer) else viewer.name)
     if as_json:
         click.echo(json.dumps(rows, default=str))
         return
@@ -151,8 +154,12 @@ def job(ctx: click.Context, cluster: str | None, as_json: bool, job_id: str) -> 
     from slurm_acme.store import telemetry as tstore
 
     app: AppContext = ctx.obj
+    from slurm_acme.access import check_owner, current_viewer
+
     name = cluster or app.config.cluster.name
-    rows = tstore.job_rows(app.store(), name, job_id)
+    rows = tstore.job_rows(app.store(readonly=True), name, job_id)
+    if rows["job_nodes"]:
+        check_owner(current_viewer(), rows["job_nodes"][0].get("user"), f"job {job_id}")
     if as_json:
         click.echo(json.dumps(rows, default=str))
         return

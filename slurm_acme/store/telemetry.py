@@ -482,10 +482,14 @@ def count_rows(store: Store, cluster: str | None = None) -> dict[str, int]:
 
 
 @store_door
-def recent_summaries(store: Store, limit: int = 20, job_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+def recent_summaries(store: Store, limit: int = 20, job_ids: Iterable[str] | None = None,
+                     user: str | None = None) -> list[dict[str, Any]]:
+    """The newest per-job summaries (of ``user``'s jobs only when given)."""
     q = select(job_summaries).order_by(job_summaries.c.end_ts.desc()).limit(limit)
     if job_ids is not None:
         q = q.where(job_summaries.c.job_id.in_(list(job_ids)))
+    if user is not None:
+        q = q.where(job_summaries.c.user == user)
     with store.engine.connect() as conn:
         return [dict(r._mapping) for r in conn.execute(q)]
 

@@ -26,6 +26,7 @@ from slurm_acme.store import open_store
 from slurm_acme.store import runs as rs
 from slurm_acme.store.rows import upsert
 from slurm_acme.store.schema.core import jobs
+from slurm_acme.store.schema.telemetry import job_nodes, job_summaries
 
 ALICE, BOB = "acme-sec-alice", "acme-sec-bob"
 BOB_SECRET = "bob-secret-name"
@@ -50,6 +51,9 @@ def shared() -> Iterator[tuple[str, Path]]:
             row["name"] = BOB_SECRET
     with store.engine.begin() as conn:
         upsert(conn, jobs, rows, ["cluster", "job_id"])
+        for job_id, user in (("7001", ALICE), ("7002", BOB)):
+            conn.execute(job_summaries.insert().values(cluster="c1", job_id=job_id, user=user, end_ts=1.0))
+            conn.execute(job_nodes.insert().values(cluster="c1", job_id=job_id, node="n1", user=user))
     for run_id, user, ts in (("alice-run", ALICE, 1.0), ("bob-run", BOB, 2.0)):
         rs.create_run(store, run_id=run_id, name=BOB_SECRET if user == BOB else "mine", cluster="c1", user=user,
                       spec="{}", workdir=str(folder), created_ts=ts, state="PENDING", )
@@ -175,3 +179,16 @@ def test_seval_on_another_users_evaluation_is_refused(shared, alice, argv):
 def test_seval_results_by_checkpoint_never_picks_another_users_evaluation(shared, alice):
     proc = run_as(alice, "seval", "--db", shared[0], "results", f"/ckpt/{BOB}")
     assert proc.returncode == 2 and "no evaluation" in proc.stderr
+
+
+# ------------------------------------------------------------ telemetry
+
+def test_collectd_summaries_show_only_her_jobs(shared, alice):
+    proc = run_as(alice, "sacme", "--db", shared[0], "collectd", "summaries", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["job_id"] for r in json.loads(proc.stdout)] == ["7001"]
+
+
+def test_collectd_job_of_another_user_is_refused(shared, alice):
+    proc = run_as(alice, "sacme", "--db", shared[0], "collectd", "job", "--cluster", "c1", "7002", "--json")
+    one_line_refusal(proc)

@@ -388,3 +388,36 @@ def test_the_site_may_allow_unsandboxed_code_only_in_the_system_config(monkeypat
             run_program("print(1)\n")
     finally:
         sandbox_profile.cache_clear()
+
+
+def test_a_scorer_running_as_an_ordinary_user_keeps_her_uid_and_her_files_out():
+    """A Slurm scoring job runs as the submitting user: no drop, and still no host files."""
+    import json
+    import shutil
+    import tempfile
+
+    from osusers import ensure_user, run_python_as
+
+    alice = ensure_user("acme-sec-alice")
+    folder = Path(tempfile.mkdtemp(prefix="acme-sec-alice-"))
+    secret = folder / "secret.txt"
+    secret.write_text("ALICE-SECRET")
+    os.chown(folder, alice.uid, alice.gid)
+    os.chown(secret, alice.uid, alice.gid)
+    folder.chmod(0o700)
+    secret.chmod(0o600)
+    program = DEFEAT_HOOK + (f"import os\nprint('UID', os.getuid(), flush=True)\n"
+                             f"print(open({str(secret)!r}).read())\n")
+    scorer = ("import json, sys\nfrom slurm_acme.evaluate.sandbox import Limits, run_program\n"
+              "r = run_program(sys.argv[1], Limits(timeout_s=60))\n"
+              "print(json.dumps({'out': r.stdout_tail, 'err': r.stderr_tail, 'status': r.status,"
+              " 'isolated': r.isolated}))\n")
+    try:
+        proc = run_python_as(alice, scorer, program)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["isolated"] and result["status"] == "failed"
+    assert f"UID {alice.uid}" in result["out"]
+    assert "ALICE-SECRET" not in result["out"] + result["err"]
