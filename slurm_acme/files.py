@@ -42,19 +42,21 @@ def _apply(path: Path, mode: int, gid: int | None) -> None:
     os.chmod(path, mode)
 
 
-#: Mode of a missing parent that several users share (a scratch root such as
-#: evaluate.local_dir): like /tmp, anyone may add a folder, nobody may remove another's.
-SHARED_PARENT_MODE = 0o1777
+#: Mode for a missing parent several users write into (a node-local scratch root such
+#: as evaluate.local_dir): like /tmp, anyone may add a folder, nobody may remove another's.
+SHARED_ROOT_MODE = 0o1777
+#: Mode for a missing parent of a private folder that may be shared (``mkdir -p``'s).
+PLAIN_PARENT_MODE = 0o755
 
 
 def make_private_dirs(path: str | os.PathLike[str], group: str | None = None, *,
-                      shared_parents: bool = False) -> list[Path]:
+                      parents_mode: int | None = None) -> list[Path]:
     """Create ``path`` and any missing parents, each private (or group-readable).
 
-    With ``shared_parents`` only ``path`` itself is private and missing parents
-    are made :data:`SHARED_PARENT_MODE`, for roots other users also write into.
-    Returns the folders it created, outermost first; folders that existed keep
-    their mode (they are someone's own choice).
+    With ``parents_mode`` only ``path`` itself is private and the missing
+    parents get that mode (:data:`PLAIN_PARENT_MODE`, or :data:`SHARED_ROOT_MODE`
+    for a root other users also write into). Returns the folders it created,
+    outermost first; folders that existed keep their mode.
     """
     gid = _gid(group)
     target = Path(path).expanduser()
@@ -72,8 +74,8 @@ def make_private_dirs(path: str | os.PathLike[str], group: str | None = None, *,
         except FileExistsError:
             continue  # made meanwhile by someone else: not ours to remove
         created.append(folder)
-        if shared_parents and folder != target:
-            os.chmod(folder, SHARED_PARENT_MODE)
+        if parents_mode is not None and folder != target:
+            os.chmod(folder, parents_mode)
         else:
             _apply(folder, dir_mode(group), gid)
     return created

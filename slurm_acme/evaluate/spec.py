@@ -16,7 +16,7 @@ from typing import Any
 from slurm_acme.evaluate.backends.external import ToolRun
 from slurm_acme.evaluate.planner import Plan
 from slurm_acme.evaluate.registry import Dataset
-from slurm_acme.files import make_private_dirs
+from slurm_acme.files import PLAIN_PARENT_MODE, make_private_dirs
 
 SPEC_FILE = "spec.json"
 
@@ -104,7 +104,7 @@ def build_spec(*, eval_id: str, checkpoint: str, local_dir: str, backend: str, m
 
 
 def write_spec(spec: RunSpec, run_dir: Path) -> Path:
-    make_private_dirs(run_dir, shared_parents=True)  # evaluate.work_dir may be shared by users
+    make_private_dirs(run_dir, parents_mode=PLAIN_PARENT_MODE)  # evaluate.work_dir may be shared
     for sub in ("pred", "timing", "score", "logs"):
         (run_dir / sub).mkdir(exist_ok=True)
     path = run_dir / SPEC_FILE

@@ -20,7 +20,7 @@ from typing import Any
 
 from slurm_acme.errors import AcmeError
 from slurm_acme.evaluate.spec import RunSpec, read_spec
-from slurm_acme.files import make_private_dirs
+from slurm_acme.files import SHARED_ROOT_MODE, make_private_dirs
 from slurm_acme.slurm.steps import StepRequest, start_step
 
 COMPLETE_MARK = ".acme-preloaded"
@@ -42,7 +42,7 @@ def preload(spec: RunSpec, run_dir: Path, node: int) -> None:
     """Copy the checkpoint from (remote) storage to node-local memory, once per node."""
     began = time.time()
     target = spec.local_copy(node)
-    make_private_dirs(target.parent, shared_parents=True)  # the checkpoint copy is the user's
+    make_private_dirs(target.parent, parents_mode=SHARED_ROOT_MODE)  # local_dir is shared; the copy is not
     if not (target / COMPLETE_MARK).exists():
         tmp = target.with_name(f".{target.name}.{os.getpid()}")
         shutil.copytree(spec.checkpoint, tmp)

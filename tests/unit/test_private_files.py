@@ -16,7 +16,7 @@ import pytest
 from osusers import ensure_group, ensure_user, run_as, run_python_as
 
 from slurm_acme.errors import StoreUnavailable
-from slurm_acme.files import make_private_dirs, remove_created
+from slurm_acme.files import PLAIN_PARENT_MODE, SHARED_ROOT_MODE, make_private_dirs, remove_created
 from slurm_acme.ft.plan import build_plan
 from slurm_acme.ft.spec import parse_spec
 from slurm_acme.ft.submitter import submit_plan
@@ -73,9 +73,14 @@ def test_make_private_dirs_records_only_what_it_made_and_undoes_it(tmp_path):
     assert list((tmp_path / "had").iterdir()) == []
 
 
-def test_shared_parents_are_sticky_and_only_the_leaf_private(tmp_path):
-    created = make_private_dirs(tmp_path / "scratch" / "eval-1", shared_parents=True)
+def test_a_shared_scratch_root_is_sticky_and_only_the_leaf_private(tmp_path):
+    created = make_private_dirs(tmp_path / "scratch" / "eval-1", parents_mode=SHARED_ROOT_MODE)
     assert mode(created[0]) == 0o1777 and mode(created[1]) == 0o700
+
+
+def test_plain_parents_are_not_world_writable(tmp_path):
+    created = make_private_dirs(tmp_path / "home" / ".local" / "seval" / "ev-1", parents_mode=PLAIN_PARENT_MODE)
+    assert [mode(p) for p in created] == [0o755, 0o755, 0o755, 0o700]
 
 
 # ------------------------------------------------------------ read-only commands
