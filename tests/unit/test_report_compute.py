@@ -22,6 +22,7 @@ from slurm_acme.report.compute import build_report
 from slurm_acme.report.model import SECTIONS
 from slurm_acme.report.period import Period, month_period
 from slurm_acme.report.synthetic import synthetic_jobs
+from slurm_acme.store.partitions import ensure_days
 from slurm_acme.store.report import JobFilter
 from slurm_acme.store.rollup_rows import rebuild_from_samples
 from slurm_acme.store.rows import upsert
@@ -351,6 +352,9 @@ def load(store, data: dict) -> None:  # type: ignore[no-untyped-def]
     """The rows, then the telemetry rollups built from the raw samples (what
     the flush builds as samples arrive); reports read only the rollups."""
     with store.engine.begin() as conn:
+        for table in ("gpu_samples", "node_samples"):  # Postgres: the day partitions the rows need
+            stamps = [row["ts"] for row in data[table]]
+            ensure_days(conn, table, min(stamps), max(stamps))
         upsert(conn, jobs_table, data["jobs"], ["cluster", "job_id"])
         if data["gpu_samples"]:
             upsert(conn, gpu_samples, data["gpu_samples"], ["cluster", "node", "ts", "gpu_index"], update=())
