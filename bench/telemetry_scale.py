@@ -136,6 +136,9 @@ def load_month(store, gpus: int, days: int, seed: int = 1) -> dict:  # type: ign
     cluster = {m.name: np.zeros((hours, m.bins), dtype=np.int64) for m in (*GPU_METRICS, *NODE_METRICS)}
     sums = {m.name: np.zeros((hours, 2)) for m in (*GPU_METRICS, *NODE_METRICS)}
     samples = {"gpu": np.zeros(hours, dtype=np.int64), "node": np.zeros(hours, dtype=np.int64)}
+    server = np.zeros((hours, 2))  # summed node-hour mean GPU draw, mean server draw
+    nmeans = np.array([[p["gpu_power_sum"] / p["gpu_power_ticks"], p["node_power_sum"] / p["node_power_n"]]
+                       for p in nprof])
     gstack = {m.name: np.stack([p["_counts"][m.name] for p in gp]) for m in GPU_METRICS}
     nstack = {m.name: np.stack([p["_counts"][m.name] for p in nprof]) for m in NODE_METRICS}
     gns = {m.name: np.array([[p[f"{m.name}_n"], p[f"{m.name}_sum"]] for p in gp]) for m in GPU_METRICS}
@@ -165,6 +168,7 @@ def load_month(store, gpus: int, days: int, seed: int = 1) -> dict:  # type: ign
             cluster[m.name][h] = nused @ nstack[m.name]
             sums[m.name][h] = nused @ nns[m.name]
         samples["node"][h] = nodes * TICKS_PER_HOUR
+        server[h] = nused @ nmeans
     crows = []
     for m in (*GPU_METRICS, *NODE_METRICS):
         kind = "gpu" if m in GPU_METRICS else "node"
@@ -172,6 +176,11 @@ def load_month(store, gpus: int, days: int, seed: int = 1) -> dict:  # type: ign
             crows.append({"cluster": CLUSTER, "hour_ts": MONTH.since_ts + h * 3600.0, "metric": m.name,
                           "n": int(sums[m.name][h][0]), "sum": float(sums[m.name][h][1]),
                           "hist": encode(cluster[m.name][h]), "samples": int(samples[kind][h])})
+    for h in range(hours):
+        for i, metric in enumerate(("server_gpu_w", "server_w")):
+            crows.append({"cluster": CLUSTER, "hour_ts": MONTH.since_ts + h * 3600.0, "metric": metric,
+                          "n": nodes, "sum": float(server[h][i]), "hist": encode(np.array([nodes])),
+                          "samples": 0})
     bulk(store, cluster_hourly, crows, ["cluster", "hour_ts", "metric"])
     return {"load_month_s": round(time.perf_counter() - t0, 1), "gpu_hours": gpus * hours}
 
@@ -185,6 +194,10 @@ def fill_spool(spool_url: str, gpus: int, raw_hours: int, seed: int = 2) -> int:
     nodes = gpus // GPUS_PER_NODE
     start = MONTH.since_ts + 10 * 86400.0  # July 11
     pool = [simulated_samples(rng, i % 10 < 7, TICKS_PER_HOUR) for i in range(64)]
+    gcols = ["cluster", "node", "ts", "gpu_index", "job_id", "source", "util_percent", "sm_active",
+             "mem_used_bytes", "mem_total_bytes", "power_w", "temp_c"]
+    ncols = ["cluster", "node", "ts", "cpu_percent", "mem_percent", "node_power_w"]
+    fields = gcols[6:]
     total = 0
     for h in range(raw_hours):
         hour_ts = start + h * 3600.0
@@ -194,15 +207,14 @@ def fill_spool(spool_url: str, gpus: int, raw_hours: int, seed: int = 2) -> int:
                 node = f"n{n:04d}"
                 for t in range(TICKS_PER_HOUR):
                     ts = hour_ts + t * TICK_S
-                    nrows.append({"cluster": CLUSTER, "node": node, "ts": ts, "cpu_percent": 30.0,
-                                  "mem_percent": 40.0, "node_power_w": 3000.0})
+                    nrows.append((CLUSTER, node, ts, 30.0, 40.0, 3000.0))
                     for g in range(GPUS_PER_NODE):
                         s = pool[(n * GPUS_PER_NODE + g + h) % len(pool)][t]
-                        grows.append({"cluster": CLUSTER, "node": node, "ts": ts, "gpu_index": g,
-                                      "job_id": None if s["util_percent"] == 0 else f"j{n}", "source": "dcgm", **s})
+                        grows.append((CLUSTER, node, ts, g, None if s["util_percent"] == 0 else f"j{n}", "dcgm",
+                                      *(s[f] for f in fields)))
             with spool.engine.begin() as conn:
-                upsert(conn, tstore.node_samples, nrows, tstore.NODE_KEY, update=())
-                upsert(conn, tstore.gpu_samples, grows, tstore.GPU_KEY, update=())
+                tstore.insert_ignore_tuples(conn, tstore.node_samples, ncols, nrows, tstore.NODE_KEY)
+                tstore.insert_ignore_tuples(conn, tstore.gpu_samples, gcols, grows, tstore.GPU_KEY)
             total += len(grows) + len(nrows)
         with spool.engine.begin() as conn:
             rebuild_window(conn, hour_ts, hour_ts + 3600.0)
@@ -292,6 +304,27 @@ def report_cli(url: str) -> tuple[float, float]:
     return elapsed, cpu
 
 
+def server_cpu_s(store) -> float:  # type: ignore[no-untyped-def]
+    """CPU seconds used so far by the Postgres backends serving this database
+    (0 on SQLite, which runs in-process), from /proc."""
+    from sqlalchemy import text
+
+    if store.dialect != "postgresql":
+        return 0.0
+    with store.engine.connect() as conn:
+        pids = [r[0] for r in conn.execute(text(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"))]
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def startup() -> float:
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "slurm_acme", "--help"], capture_output=True, check=True, timeout=120)
@@ -307,13 +340,17 @@ def run_backend(url: str, args: argparse.Namespace, tmp: Path) -> dict:
     out["raw_samples"] = fill_spool(spool_url, args.gpus, args.raw_hours)
     out["fill_spool_s"] = round(time.perf_counter() - t0, 1)
     spool = open_store(spool_url)
+    s0 = server_cpu_s(store)
     t0, c0 = time.perf_counter(), time.process_time()
     result = tstore.flush(spool, store, batch=args.flush_batch, min_coverage=0.8)
     flush_s, flush_cpu = time.perf_counter() - t0, time.process_time() - c0
+    flush_server_cpu = server_cpu_s(store) - s0
     spool.dispose()
     sent = result.gpu_rows + result.node_rows
     out.update(flush_s=round(flush_s, 1), flushed_samples=sent, flush_samples_per_s=round(sent / flush_s),
-               flush_client_cpu_s=round(flush_cpu, 1))
+               flush_client_cpu_s=round(flush_cpu, 1), flush_server_cpu_s=round(flush_server_cpu, 1),
+               flush_samples_per_cpu_s=round(sent / max(1e-9, flush_cpu + flush_server_cpu)),
+               load_average=round(os.getloadavg()[0], 1))
     out["plain_insert_samples_per_s"] = round(plain_insert_rate(store, spool_url, min(200_000, sent)))
     if store.dialect == "sqlite":
         store.dispose()

@@ -43,8 +43,8 @@ Section shapes (all numbers floats):
   power of GPU samples at 0 % utilisation ("idle"), share of GPU samples at or
   above the TDP (``report.tdp_watts``; ``over_tdp_share_bounds`` bound the
   share strictly above it), and the GPU share of GPU-server power (per
-  server, mean total GPU draw over mean server draw, summed over servers with
-  both). Both ``None`` without samples. With ``--user``/``--type`` only the
+  server-hour, mean total GPU draw and mean server draw, each summed over the
+  server-hours that have both, one over the other). Both ``None`` without samples. With ``--user``/``--type`` only the
   selected jobs' GPU-hours count and the node-level figures are ``None``
   (a node is shared).
 - ``failures``: failures whose time stamp falls in the period, per

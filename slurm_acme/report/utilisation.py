@@ -124,11 +124,7 @@ def sections(figures: RolledTelemetry, tdp_watts: float, *, cluster_scope: bool)
         "quantile_bounds": _bounds(figures, ("util", "sm", "cpu", "mem")),
         "beside_acme": beside_acme(figures, tdp_watts).to_json(),
     }
-    share = None
-    if cluster_scope:
-        gpu_w, node_w = figures.server_gpu_w, figures.server_node_w
-        both = sorted(set(gpu_w) & set(node_w))
-        share = _ratio(sum(gpu_w[k] for k in both), sum(node_w[k] for k in both))
+    share = _ratio(figures.server_gpu_w, figures.server_w) if cluster_scope else None
     above = d["power"].share_above(tdp_watts)
     power = {
         "tdp_w": float(tdp_watts),

@@ -75,6 +75,12 @@ def _case_vectors(conn: Connection) -> None:
     failure_case_vectors.create(conn, checkfirst=True)
 
 
+def _server_power_rollups(conn: Connection) -> None:
+    from slurm_acme.store.rollup_rows import server_totals_from_nodes
+
+    server_totals_from_nodes(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _create_initial),
     Migration(2, "hourly telemetry rollups", _hourly_rollups),
@@ -82,6 +88,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "eval_runs.user (owner of an evaluation)", _add_eval_runs_user),
     Migration(5, "row-level security keyed on the Slurm user (Postgres)", _row_security),
     Migration(6, "failure case vectors (embedding retrieval)", _case_vectors),
+    Migration(7, "GPU share of server power in the cluster-hour rollups", _server_power_rollups),
 )
 
 LATEST = MIGRATIONS[-1].version

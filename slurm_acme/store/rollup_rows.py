@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from sqlalchemy import Connection, Table, and_, func, select, text, true, tuple_, update
 
 from slurm_acme.store.rollups import (
@@ -29,6 +30,7 @@ from slurm_acme.store.rollups import (
     METRICS,
     NODE_KEY,
     NODE_METRICS,
+    SERVER_METRICS,
     BinSpec,
     Distribution,
     Hist,
@@ -151,9 +153,36 @@ def apply_rollups(conn: Connection, gpu_rows: Sequence[Mapping[str, Any]],
                 if before is not None:
                     cell[0].merge(before.metrics[spec.name], sign=-1)
                     cell[1] -= before.samples
+            if table is node_hourly:
+                _server_delta(deltas, cluster, hour, row, 1)
+                if before is not None:
+                    _server_delta(deltas, cluster, hour, before, -1)
         _write(conn, table, key_names, new.values(), synced=1)
     _add_to_cluster(conn, deltas)
     return len(gpu_rows) + len(node_rows)
+
+
+def _server_delta(deltas: dict, cluster: str, hour: float, row: RollupRow, sign: int) -> None:
+    """A node-hour's part of the GPU share of server power (when it has both)."""
+    node_power = row.metrics["node_power"]
+    if not (row.gpu_power_ticks and node_power.n):
+        return
+    means = (row.gpu_power_sum / row.gpu_power_ticks, node_power.total / node_power.n)
+    for spec, mean in zip(SERVER_METRICS, means, strict=True):
+        cell = deltas.setdefault((cluster, hour, spec.name), [Hist(spec), 0])
+        cell[0].merge(Hist(spec, 1, mean, np.ones(1, dtype=np.int64)), sign=sign)
+
+
+def server_totals_from_nodes(conn: Connection) -> None:
+    """Rebuild the ``server_*`` rows of ``cluster_hourly`` from ``node_hourly``
+    (stores whose cluster rows were built before those rows existed)."""
+    c = cluster_hourly.c
+    conn.execute(cluster_hourly.delete().where(c.metric.in_([m.name for m in SERVER_METRICS])))
+    deltas: dict = {}
+    for r in conn.execute(select(node_hourly)):
+        row = RollupRow.from_row(dict(r._mapping), NODE_KEY, NODE_METRICS)
+        _server_delta(deltas, row.key[0], row.key[1], row, 1)
+    _add_to_cluster(conn, deltas)
 
 
 def _add_to_cluster(conn: Connection, deltas: Mapping[tuple[str, float, str], list]) -> None:
@@ -241,14 +270,15 @@ def rebuild_from_samples(store: Any, *, cluster: str | None = None, since: float
 @dataclass(frozen=True)
 class RolledTelemetry:
     """What the utilisation and power sections need, read off the rollups:
-    one merged distribution per metric, sample counts, and per GPU server
-    the mean total GPU draw and the mean server draw."""
+    one merged distribution per metric, sample counts, and the summed hourly
+    mean GPU and server draws of the node-hours that have both."""
 
     gpu_samples: int
     node_samples: int
     distributions: dict[str, Distribution]
-    server_gpu_w: dict[tuple[str, str], float]
-    server_node_w: dict[tuple[str, str], float]
+    #: Summed over node-hours with both: mean GPU draw and mean server draw (None: no such node-hour).
+    server_gpu_w: float | None
+    server_w: float | None
 
 
 def _hour_conds(table: Table, cluster: str | None, since: float | None, until: float | None) -> list[Any]:
@@ -274,24 +304,11 @@ def cluster_telemetry(conn: Connection, cluster: str | None, since: float | None
         parts[metric].append((n, total, blob))
         samples[metric] += int(count or 0)
     dists = {name: merged(spec, parts.get(name, ())) for name, spec in METRICS.items()}
-    gpu_w, node_w = _server_power(conn, cluster, since, until)
-    return RolledTelemetry(samples["util"], samples["cpu"], dists, gpu_w, node_w)
-
-
-def _server_power(conn: Connection, cluster: str | None, since: float | None,
-                  until: float | None) -> tuple[dict, dict]:
-    nh = node_hourly.c
-    q = (select(nh.cluster, nh.node, func.sum(nh.gpu_power_sum), func.sum(nh.gpu_power_ticks),
-                func.sum(nh.node_power_sum), func.sum(nh.node_power_n))
-         .where(and_(true(), *_hour_conds(node_hourly, cluster, since, until)))
-         .group_by(nh.cluster, nh.node))
-    gpu_w, node_w = {}, {}
-    for cl, node, gsum, ticks, nsum, nn in conn.execute(q):
-        if ticks:
-            gpu_w[(cl, node)] = float(gsum) / int(ticks)
-        if nn:
-            node_w[(cl, node)] = float(nsum) / int(nn)
-    return gpu_w, node_w
+    gpu_w, server_w = (sum(float(total or 0.0) for n, total, _ in parts.get(m.name, ()) if n)
+                       for m in SERVER_METRICS)
+    has = any(n for n, _, _ in parts.get("server_w", ()))
+    return RolledTelemetry(samples["util"], samples["cpu"], dists, gpu_w if has else None,
+                           server_w if has else None)
 
 
 def jobs_telemetry(conn: Connection, selected: Table, cluster: str | None, since: float | None,
@@ -312,4 +329,4 @@ def jobs_telemetry(conn: Connection, selected: Table, cluster: str | None, since
         for spec in GPU_METRICS:
             parts[spec.name].append((m[f"{spec.name}_n"], m[f"{spec.name}_sum"], m[f"{spec.name}_hist"]))
     dists = {name: merged(spec, parts.get(name, ())) for name, spec in METRICS.items()}
-    return RolledTelemetry(total, 0, dists, {}, {})
+    return RolledTelemetry(total, 0, dists, None, None)

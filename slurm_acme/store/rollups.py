@@ -93,6 +93,11 @@ NODE_METRICS: tuple[BinSpec, ...] = (
     BinSpec("ib_tx", "bytes", 64, scale="log2"),
 )
 METRICS: dict[str, BinSpec] = {m.name: m for m in (*GPU_METRICS, *NODE_METRICS)}
+#: Per cluster-hour, over the node-hours that have both GPU power and server
+#: power: the sum of the node-hours' mean total GPU draw (``server_gpu_w``) and
+#: of their mean server draw (``server_w``). Their ratio is the GPU share of
+#: server power, read off ``cluster_hourly`` alone. One bin: ``n`` node-hours.
+SERVER_METRICS: tuple[BinSpec, ...] = (BinSpec("server_gpu_w", "W", 1), BinSpec("server_w", "W", 1))
 
 GPU_KEY = ("cluster", "node", "gpu_index", "hour_ts", "job_id")
 NODE_KEY = ("cluster", "node", "hour_ts")

@@ -189,19 +189,20 @@ def expected_telemetry(gs: list[dict], ns: list[dict], flt: JobFilter, keys: set
         "quantile_bounds": {k: pct_bound for k, v in (("util", util), ("sm", sm), ("cpu", cpu), ("mem", mem)) if v},
     }
     gpu_share = None
-    if keys is None:
-        per_node_gpu: dict[tuple, list] = defaultdict(list)
+    if keys is None:  # per node-hour with both: mean total GPU draw over mean server draw, summed
+        hour = lambda s: (s["cluster"], s["node"], math.floor(s["ts"] / 3600))  # noqa: E731
+        per_hour_gpu: dict[tuple, list] = defaultdict(list)
         for s in g:
             if s["power_w"] is not None:
-                per_node_gpu[(s["cluster"], s["node"])].append(s)
-        per_node_srv: dict[tuple, list] = defaultdict(list)
+                per_hour_gpu[hour(s)].append(s)
+        per_hour_srv: dict[tuple, list] = defaultdict(list)
         for s in n:
             if s["node_power_w"] is not None:
-                per_node_srv[(s["cluster"], s["node"])].append(s["node_power_w"])
-        both = set(per_node_gpu) & set(per_node_srv)
-        gpu_w = sum(sum(s["power_w"] for s in per_node_gpu[k]) / len({s["ts"] for s in per_node_gpu[k]}) for k in both)
-        srv_w = sum(sum(per_node_srv[k]) / len(per_node_srv[k]) for k in both)
-        gpu_share = share(gpu_w, srv_w)
+                per_hour_srv[hour(s)].append(s["node_power_w"])
+        both = set(per_hour_gpu) & set(per_hour_srv)
+        gpu_w = sum(sum(s["power_w"] for s in per_hour_gpu[k]) / len({s["ts"] for s in per_hour_gpu[k]}) for k in both)
+        srv_w = sum(sum(per_hour_srv[k]) / len(per_hour_srv[k]) for k in both)
+        gpu_share = share(gpu_w, srv_w) if both else None
     power_section = {
         "tdp_w": TDP,
         "idle_gpu_power_median_w": in_bin(nearest(idle, 50), 5),

@@ -19,7 +19,7 @@ from slurm_acme.store import open_store
 from slurm_acme.store import telemetry as tstore
 from slurm_acme.store.report import JobFilter
 from slurm_acme.store.rollup_rows import rebuild_from_samples
-from slurm_acme.store.rollups import METRICS, Hist, decode, encode
+from slurm_acme.store.rollups import METRICS, SERVER_METRICS, Hist, decode, encode
 from slurm_acme.store.schema.telemetry import cluster_hourly, gpu_hourly, node_hourly
 from slurm_acme.telemetry.host import HostSampler
 from slurm_acme.telemetry.synthetic import SyntheticGpuSampler
@@ -74,7 +74,8 @@ def assert_same_rollups(a, b):
                 if isinstance(value, float):
                     assert other[col] == pytest.approx(value, rel=1e-9, abs=1e-6), (table, key, col)
                 elif col.endswith("hist") or col == "hist":
-                    bins = METRICS[key[2] if table == "cluster_hourly" else col[:-5]].bins
+                    specs = {**METRICS, **{m.name: m for m in SERVER_METRICS}}
+                    bins = specs[key[2] if table == "cluster_hourly" else col[:-5]].bins
                     assert (decode(value, bins) == decode(other[col], bins)).all(), (table, key, col)
                 else:
                     assert other[col] == value, (table, key, col)
@@ -145,6 +146,8 @@ def test_report_is_the_same_with_or_without_raw_samples(tmp_path, store):
     assert after["utilisation"] == before["utilisation"] and after["power"] == before["power"]
     # busy synthetic GPUs draw 280-400 W, idle ones 60-75 W: medians within a 5 W bin
     assert 55 <= before["power"]["idle_gpu_power_median_w"] <= 75
+    # PowerSampler: 500 W servers; 4 synthetic GPUs (2 busy at 280-400 W, 2 idle at 60-75 W)
+    assert 0.9 < before["power"]["gpu_share_of_server_power"] < 1.9
     assert before["utilisation"]["zero_util_share"] == pytest.approx(0.5)
     for c in collectors:
         c.close()
