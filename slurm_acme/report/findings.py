@@ -169,7 +169,8 @@ def _infra_count(s: Mapping[str, Any]) -> Finding:
         v, text = None, _NO_FAILURES.format(what="the infrastructure share of failures")
     else:
         v = row["count"] / s["failures"]["total"]
-        text = f"Infrastructure failures are {pct(v)} of the {s['failures']['total']:,.0f} failures."
+        total = s["failures"]["total"]
+        text = f"Infrastructure failures are {pct(v)} of the {total:,.0f} failure{'' if total == 1 else 's'}."
     return _paper("infrastructure_failure_share", "infrastructure share of failures", "share", v, text)
 
 

@@ -126,7 +126,7 @@ def kind(key: str) -> str:
 def duration(seconds: float) -> str:
     """``45 s``, ``2.0 min``, ``5.3 h``, ``3.1 d``: the unit a person would pick."""
     s = float(seconds)
-    if abs(s) < 120:
+    if abs(s) < 60:
         return f"{s:.0f} s" if s.is_integer() or abs(s) >= 10 else f"{s:.1f} s"
     if abs(s) < 2 * 3600:
         return f"{s / 60:.1f} min"

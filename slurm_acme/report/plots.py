@@ -245,6 +245,7 @@ def _trends(r: Report) -> Figure:
     line(hours, [m["gpu_hours"] for m in months], "series", "gpu_hours")
     hours.set_title("GPU hours per month", fontsize=9)
     hours.set_ylim(bottom=0)
+    hours.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     for t in [t for t in months[0]["workload"] if t in WORKLOAD_TYPES]:
         line(mix, [m["workload"][t]["gpu_time_share"] for m in months], "type", t, 100)
     mix.set_title("share of GPU time by type (%)", fontsize=9)

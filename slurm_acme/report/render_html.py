@@ -117,9 +117,9 @@ def _findings(report: Report) -> str:
                     f"<td>{_e(f['acme_text'].removeprefix('Acme: '))}</td><td>{_e(f['source'])}</td></tr>")
     table = ("<table class='findings'><thead><tr><th scope='col'>This site</th><th scope='col'>Acme</th>"
              f"<th scope='col'>Source</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
-    sources = "".join(f"<li>{_e(short)}: {_e(full)}</li>" for short, full in CITATIONS.items())
+    sources = "".join(f"<li>{_e(full)}</li>" for full in CITATIONS.values())
     return (f"<section id='findings'><h2>{_e(SECTION_TITLES['findings'])}</h2>{table}"
-            f"<ol class='sources'>{sources}</ol></section>")
+            f"<p class='tnote'>Sources</p><ol class='sources'>{sources}</ol></section>")
 
 
 def _png_width(png: bytes) -> int:
