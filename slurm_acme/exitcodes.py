@@ -23,3 +23,6 @@ SUPERVISOR_REQUEUE = 77
 #: Supervisor decided to stop: the failure will not go away by retrying
 #: (script or framework error, or max_restarts reached). Never requeue.
 SUPERVISOR_STOP = 93
+#: Supervisor ended by Slurm (SIGTERM: a node failure, a preemption, a requeue by Slurm);
+#: the conventional 128 + 15. The next attempt, if Slurm starts one, carries on.
+SUPERVISOR_KILLED = 143

@@ -78,7 +78,8 @@ def supervise(app: AppContext, run_id: str) -> None:
         print(f"[acme {stamp}] {msg}", file=sys.stderr, flush=True)
 
     supervisor = Supervisor(store=store, slurm=Slurm(timeout=app.config.slurm.command_timeout_s),
-                            spec=TrainSpec.from_json(run.spec), ctx=ctx, log=log)
+                            spec=TrainSpec.from_json(run.spec), ctx=ctx, log=log,
+                            after_term=Slurm(timeout=3.0))
     sys.exit(supervisor.run())
 
 
@@ -117,9 +118,10 @@ def status(app: AppContext, ref: str | None, as_json: bool) -> None:
     from rich.table import Table
 
     from slurm_acme.ft.status import run_view
+    from slurm_acme.slurm import Slurm
 
     store, run = _resolve(app, ref)
-    view = run_view(store, run)
+    view = run_view(store, run, Slurm(timeout=app.config.slurm.command_timeout_s))
     if as_json:
         click.echo(view.to_json())
         return
@@ -146,9 +148,12 @@ def status(app: AppContext, ref: str | None, as_json: bool) -> None:
         if a.reason:
             console.print(f"  attempt {a.attempt}: {a.reason}")
     goodput = "-" if view.goodput is None else f"{view.goodput:.2f}"
+    latest = view.latest_checkpoint
+    newest = f"  newest {latest['path']} ({latest['kind']})" if latest else ""
     console.print(f"excluded nodes: {','.join(view.excluded_nodes) or '-'}  checkpoints: "
-                  f"{view.checkpoints or '-'}  wall {view.wall_s:.1f}s  useful "
-                  f"{view.useful_s:.1f}s  lost {view.time_lost_s:.1f}s  goodput {goodput}")
+                  f"{view.checkpoints or '-'}{newest}")
+    console.print(f"wall {view.wall_s:.1f}s  useful {view.useful_s:.1f}s  lost "
+                  f"{view.time_lost_s:.1f}s  goodput {goodput}")
 
 
 @click.command()

@@ -9,7 +9,6 @@ timings that goodput is computed from.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +19,8 @@ from slurm_acme.contracts import PROGRESS_EVENTS, ROLLBACK_EVENTS, MetricEvent, 
 class MetricsTail:
     path: Path
     last_step: int | None = None
-    last_progress_ts: float | None = None
+    #: Metric records read so far: a trainer that writes any speaks the contract.
+    records: int = 0
     spike_step: int | None = None
     done: bool = False
     #: The trainer checkpointed after USR2 and exited for a requeue (``requeue`` event).
@@ -47,6 +47,7 @@ class MetricsTail:
             if record is not None:
                 self._apply(record)
                 count += 1
+        self.records += count
         return count
 
     def _apply(self, record: dict) -> None:
@@ -55,7 +56,6 @@ class MetricsTail:
         if event in PROGRESS_EVENTS and isinstance(step, int):
             if self.last_step is None or step > self.last_step or event is MetricEvent.RESUME:
                 self.last_step = step
-            self.last_progress_ts = time.time()
         if event is MetricEvent.CHECKPOINT and isinstance(step, int):
             self.checkpoints.append(step)
         if event in ROLLBACK_EVENTS and isinstance(step, int):
@@ -64,7 +64,6 @@ class MetricsTail:
             self.checkpointed_for_requeue = True
         if event is MetricEvent.DONE:
             self.done = True
-            self.last_progress_ts = time.time()
 
 
 def _decode(line: str) -> dict | None:

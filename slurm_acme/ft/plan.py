@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_acme import contracts as c
+from slurm_acme.ft.sbatch_options import render_sbatch_options
 from slurm_acme.ft.spec import TrainSpec
 from slurm_acme.slurm import sbatch_argv
 
@@ -77,6 +78,7 @@ def sbatch_options(spec: TrainSpec, *, run_id: str, workdir: str, run_dir: str) 
         f"--output={run_dir}/slurm-%j.out",
         "--open-mode=append",
     ]
+    opts += render_sbatch_options(spec.sbatch)
     return tuple(opts)
 
 

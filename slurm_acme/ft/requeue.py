@@ -16,8 +16,10 @@ So the supervisor records its decision in the store, then starts this module
 as a detached helper (double fork) and waits to be killed. The helper holds
 the job, waits for PENDING, sets the exclusions and StartTime, and releases.
 The same helper in ``--watch`` mode is started when the supervisor is
-killed by Slurm (a NODE_FAIL requeue): it only waits for PENDING and sets
-StartTime=now, and gives up quietly if the job ends instead.
+killed by Slurm (a NODE_FAIL requeue): it waits for PENDING, sets the
+exclusions (the failed node may return to service before the job starts
+again: ``ReturnToService=2``) and StartTime=now, and gives up quietly if the
+job ends instead.
 """
 
 from __future__ import annotations
@@ -59,6 +61,11 @@ def _log(msg: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} requeue-helper: {msg}", flush=True)
 
 
+#: Ended states a requeue may still follow (the requeue, ours or Slurm's, is under way).
+_MAY_STILL_REQUEUE = frozenset({JobState.COMPLETED, JobState.NODE_FAIL, JobState.PREEMPTED,
+                                JobState.TIMEOUT})
+
+
 def wait_pending(slurm: Slurm, job_id: str, timeout: float) -> JobState | None:
     deadline = time.monotonic() + timeout
     state = None
@@ -72,7 +79,7 @@ def wait_pending(slurm: Slurm, job_id: str, timeout: float) -> JobState | None:
             state = None
         if state is JobState.PENDING:
             return state
-        if state is not None and state.is_terminal() and state is not JobState.COMPLETED:
+        if state is not None and state.is_terminal() and state not in _MAY_STILL_REQUEUE:
             _log(f"job {job_id} ended as {state.value}; nothing to release")
             return state
         time.sleep(0.3)
@@ -94,12 +101,16 @@ def requeue_excluding(slurm: Slurm, job_id: str, exclude: Sequence[str]) -> None
     _log(f"released {job_id}")
 
 
-def hurry_requeued(slurm: Slurm, job_id: str) -> None:
-    """After Slurm itself requeued the job (NODE_FAIL), skip the BeginTime delay."""
+def hurry_requeued(slurm: Slurm, job_id: str, exclude: Sequence[str] = ()) -> None:
+    """After Slurm itself requeued the job (NODE_FAIL), keep the failed nodes out and
+    skip the BeginTime delay."""
     state = wait_pending(slurm, job_id, PENDING_WAIT_S)
     if state is JobState.PENDING:
-        slurm.update_job(job_id, StartTime="now")
-        _log(f"job {job_id} requeued by Slurm; StartTime=now")
+        fields: dict[str, str] = {"StartTime": "now"}
+        if exclude:
+            fields["ExcNodeList"] = ",".join(sorted(set(exclude)))
+        slurm.update_job(job_id, **fields)
+        _log(f"job {job_id} requeued by Slurm; StartTime=now, exclude={','.join(exclude) or '-'}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.mode == "requeue":
             requeue_excluding(slurm, args.job, exclude)
         else:
-            hurry_requeued(slurm, args.job)
+            hurry_requeued(slurm, args.job, exclude)
     except SlurmError as exc:
         _log(f"failed: {exc}")
         return 1

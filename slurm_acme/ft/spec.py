@@ -15,8 +15,10 @@ refused (an alias bomb expands a small file into gigabytes); files over
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from slurm_acme.errors import InputError
+from slurm_acme.ft.sbatch_options import render_sbatch_options
 
 #: A train.yaml is a few KB; anything near this is not a spec.
 MAX_SPEC_BYTES = 1 << 20
@@ -60,11 +63,55 @@ class _Section(BaseModel):
         return value
 
 
+#: torch.save files or folders a trainer typically writes (the step is the last number
+#: in the name): ``model_step_100.pt``, Lightning's ``epoch=1-step=500.ckpt``, HF's
+#: ``checkpoint-500/``, Megatron's ``iter_0000100/``.
+DEFAULT_CHECKPOINT_GLOBS = ("*.pt", "*.pth", "*.ckpt", "checkpoint-*", "checkpoint_*",
+                            "iter_*", "global_step*", "step*")
+
+
 class CheckpointSpec(_Section):
     dir: str = Field(description="where the trainer writes checkpoints (shared by all nodes)")
     interval: int = Field(default=100, ge=1, description="steps between checkpoints")
     keep: int = Field(default=3, ge=1, description="checkpoints kept on disk")
     async_: bool = Field(default=True, alias="async", description="persist in the background")
+    #: The trainer's own torch.save checkpoints (files or folders) in ``dir``, by name;
+    #: the step is the last number in the name. DCP folders (a ``.metadata`` file) and
+    #: slurm-acme's own checkpoints are found whatever their names.
+    glob: list[str] = Field(default_factory=lambda: list(DEFAULT_CHECKPOINT_GLOBS),
+                            min_length=0)
+
+    @field_validator("glob")
+    @classmethod
+    def _globs_are_names(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            if not pattern.strip() or "/" in pattern or pattern.startswith("."):
+                raise ValueError(f"{pattern!r} is not a file-name pattern inside checkpoint.dir "
+                                 "(e.g. '*.pt' or 'checkpoint-*')")
+        return value
+
+
+class ProgressSpec(_Section):
+    """How the supervisor sees training move from the trainer's own output."""
+
+    #: Extra regular expressions for a step line; the step is the group named ``step``
+    #: (or the first group). Tried before the built-in ones.
+    patterns: list[str] = Field(default_factory=list)
+    #: Also use the built-in patterns (tqdm ``N/M``, Lightning, Megatron ``iteration N/``,
+    #: torchtitan ``step: N``, a plain ``step N``).
+    defaults: bool = True
+
+    @field_validator("patterns")
+    @classmethod
+    def _patterns_compile(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+            if compiled.groups < 1:
+                raise ValueError(f"{pattern!r} has no group for the step number, e.g. 'it=(\\d+)'")
+        return value
 
 
 class LossSpikeSpec(_Section):
@@ -90,6 +137,15 @@ class FaultToleranceSpec(_Section):
     signal_lead: int = Field(default=120, ge=1)
     #: Seconds the pre-flight/culprit health check may take per pair test.
     health_timeout: float = Field(default=60.0, gt=0)
+    #: Restarts after failures nobody recognised (diagnosis ``unknown``); counted apart
+    #: from, and capped lower than, ``max_restarts``: a repeated unknown is likely a bug.
+    max_unknown_restarts: int = Field(default=1, ge=0)
+    #: What the time-limit warning (USR2, ``signal_lead`` s before the limit) does:
+    #: ``checkpoint`` forwards USR2 to the trainer (it checkpoints and exits 76);
+    #: ``stop`` ends the step (SIGTERM, then SIGKILL) and requeues, to resume from the
+    #: newest checkpoint; ``auto`` is ``checkpoint`` when the trainer writes the metrics
+    #: file (it speaks the contract) and is launched by srun, else ``stop``.
+    time_limit_action: Literal["auto", "checkpoint", "stop"] = "auto"
 
 
 class DiagnosisSpec(_Section):
@@ -97,28 +153,66 @@ class DiagnosisSpec(_Section):
     llm: bool = False
 
 
+#: Launchers a command must not start itself: the supervisor already launched it.
+LAUNCHERS = ("srun", "sbatch", "salloc", "torchrun", "mpirun", "mpiexec")
+_TORCH_RUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
+
 class TrainSpec(_Section):
     name: str = Field(min_length=1)
     nodes: int = Field(ge=1)
     gpus_per_node: int = Field(default=0, ge=0)
+    #: Tasks per node (srun), or worker processes per node (torchrun's --nproc-per-node).
     ntasks_per_node: int = Field(default=1, ge=1)
     cpus_per_task: int | None = Field(default=None, ge=1)
     partition: str | None = None
     time: str | None = None
     account: str | None = None
     qos: str | None = None
+    #: ``srun``: the command is every task (``ntasks_per_node`` per node). ``torchrun``:
+    #: one torchrun agent per node runs ``ntasks_per_node`` workers, rendezvous (c10d)
+    #: on the first node of the allocation.
+    launch: Literal["srun", "torchrun"] = "srun"
+    #: How to start torchrun when ``launch: torchrun`` (default: ``torchrun`` beside the
+    #: command's Python, else on PATH).
+    torchrun: list[str] | None = Field(default=None, min_length=1)
     command: list[str] | str
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
+    #: Further sbatch options (mem, constraint, exclusive, gres, reservation, ...),
+    #: checked against an allow-list and passed as ``--key=value`` argv words.
+    sbatch: dict[str, str | int | bool] = Field(default_factory=dict)
     checkpoint: CheckpointSpec
+    progress: ProgressSpec = Field(default_factory=ProgressSpec)
     fault_tolerance: FaultToleranceSpec = Field(default_factory=FaultToleranceSpec)
     diagnosis: DiagnosisSpec = Field(default_factory=DiagnosisSpec)
 
     @field_validator("command")
     @classmethod
-    def _command_not_empty(cls, value: list[str] | str) -> list[str] | str:
+    def _command_not_empty(cls, value: list[str] | str, info: ValidationInfo) -> list[str] | str:
         if not value or (isinstance(value, str) and not value.strip()):
             raise ValueError("command must not be empty")
+        problem = nested_launcher(value, info.data.get("launch", "srun"))
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("sbatch")
+    @classmethod
+    def _sbatch_allowed(cls, value: dict[str, str | int | bool]) -> dict[str, str | int | bool]:
+        render_sbatch_options(value)  # raises ValueError naming the key and the allowed ones
+        return value
+
+    @field_validator("fault_tolerance")
+    @classmethod
+    def _time_limit_action_fits_launch(cls, value: FaultToleranceSpec,
+                                       info: ValidationInfo) -> FaultToleranceSpec:
+        if info.data.get("launch") == "torchrun" and value.time_limit_action == "checkpoint":
+            # torchrun's agent dies of USR2 (it handles TERM/INT/HUP/QUIT only) and takes
+            # its workers with it, uncheckpointed; a SIGTERM reaches the workers.
+            raise ValueError("time_limit_action 'checkpoint' needs launch: srun (torchrun's agent "
+                             "does not forward USR2); use 'stop' (SIGTERM reaches the workers) "
+                             "or 'auto'")
         return value
 
     @field_validator("env", mode="before")
@@ -139,6 +233,97 @@ class TrainSpec(_Section):
     @classmethod
     def from_json(cls, text: str) -> TrainSpec:
         return cls.model_validate_json(text)
+
+
+# ------------------------------------------------------------ launchers
+
+#: Words that run the next word as the command (``env X=1 srun ...``, ``exec torchrun``).
+_WRAPPERS = ("env", "exec", "nohup", "time", "command", "nice", "stdbuf", "timeout")
+_SHELL_OPERATORS = {";", "&&", "||", "|", "&", "(", ")", "|&", ";;", "\n"}
+
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
+
+
+def _strip_wrappers(cmd: list[str]) -> list[str]:
+    """``env X=1 timeout 10 srun ...`` -> ``srun ...``."""
+    i = 0
+    while i < len(cmd):
+        if _ASSIGNMENT.fullmatch(cmd[i]):
+            i += 1
+        elif Path(cmd[i]).name in _WRAPPERS:
+            i += 1
+            while i < len(cmd) and (cmd[i].startswith("-") or _ASSIGNMENT.fullmatch(cmd[i])
+                                    or re.fullmatch(r"[0-9.]+[smhd]?", cmd[i])):
+                i += 1
+        else:
+            break
+    return cmd[i:]
+
+
+def _command_words(words: list[str]) -> list[list[str]]:
+    """The simple commands of a shell word list: split at operators, wrappers dropped."""
+    commands: list[list[str]] = [[]]
+    for word in words:
+        if word in _SHELL_OPERATORS or (word and set(word) <= set(";&|()")):
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    return [cmd for cmd in (_strip_wrappers(c) for c in commands) if cmd]
+
+
+def _shell_words(text: str) -> list[str]:
+    lexer = shlex.shlex(text.replace("\n", " ; "), posix=True, punctuation_chars=";&|()")
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError:  # unbalanced quotes: bash will say so at run time
+        return text.split()
+
+
+def _launcher_in(commands: list[list[str]]) -> str | None:
+    for cmd in commands:
+        name = Path(cmd[0]).name
+        if name in LAUNCHERS:
+            return name
+        if re.fullmatch(r"python[0-9.]*", name):
+            for flag, module in itertools.pairwise(cmd[1:]):
+                if flag == "-m" and module in _TORCH_RUN_MODULES:
+                    return f"python -m {module}"
+        if name in ("bash", "sh", "zsh", "dash") and "-c" in cmd[1:-1]:
+            inner = _launcher_in(_command_words(_shell_words(cmd[cmd.index("-c") + 1])))
+            if inner:
+                return inner
+    return None
+
+
+def nested_launcher(command: list[str] | str, launch: str) -> str | None:
+    """Why ``command`` must not start a launcher of its own (None when it does not).
+
+    The supervisor runs the command under its own srun step (and torchrun with
+    ``launch: torchrun``); a command that starts srun, sbatch or torchrun again nests
+    a launcher inside a step and hangs silently or runs N x N processes.
+    """
+    if isinstance(command, str):
+        found = _launcher_in(_command_words(_shell_words(command)))
+    else:  # an argv runs as-is: only its first word is a command
+        found = _launcher_in([_strip_wrappers(list(command))])
+    if found is None:
+        return None
+    if found in ("sbatch", "salloc"):
+        return (f"command runs `{found}`, but `sacme submit` is the sbatch of this run: give the "
+                "training command itself (e.g. command: [python, train.py])")
+    if found in ("srun", "mpirun", "mpiexec"):
+        return (f"command starts `{found}`, but the supervisor already runs the command with srun "
+                "on every node: drop it and set the shape with nodes and ntasks_per_node "
+                "(e.g. command: [python, train.py]; or launch: torchrun)")
+    if launch == "torchrun":
+        return (f"command starts `{found}`, but launch: torchrun already starts one torchrun agent "
+                "per node: give only the script and its arguments (e.g. command: [train.py, --lr, "
+                "'1e-4'])")
+    return (f"command starts `{found}` inside the supervisor's srun step: set `launch: torchrun` "
+            "and give only the script (e.g. command: [train.py]); the supervisor starts one "
+            "torchrun agent per node with the rendezvous from the allocation")
 
 
 # ---------------------------------------------------------------- loading

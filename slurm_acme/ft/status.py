@@ -1,8 +1,10 @@
 """What ``sacme status`` shows: a run's attempts, their endings, and its goodput.
 
-Built from the store (attempts, failures, checkpoints) plus the metrics files
-the attempts wrote, into a frozen record that the CLI renders as a table or
-as JSON.
+Built from the store (attempts, failures), the checkpoints on disk now (the
+trainer's own and slurm-acme's: what a resume would find, not what a store
+row remembers), and the step records each attempt left -- the trainer's
+metrics file, else the steps the supervisor read from its output -- into a
+frozen record that the CLI renders as a table or as JSON.
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from slurm_acme.contracts import AttemptFile, attempt_file
-from slurm_acme.ft.metrics import useful_seconds
+from slurm_acme.contracts import AttemptFile, MetricEvent, attempt_file
+from slurm_acme.ft.checkpoints import find_checkpoints
+from slurm_acme.ft.metrics import read_records, useful_seconds
 from slurm_acme.ft.plan import run_dir_for
+from slurm_acme.ft.spec import TrainSpec
+from slurm_acme.ft.states import RunState
+from slurm_acme.slurm import JobNotFound, JobState, Slurm, SlurmError
 from slurm_acme.store import Store
 from slurm_acme.store import runs as run_store
 
@@ -47,7 +53,10 @@ class RunView:
     job_id: str | None
     attempts: list[AttemptView]
     excluded_nodes: list[str]
+    #: Steps of the checkpoints on disk now, oldest first.
     checkpoints: list[int]
+    #: The newest of them ({step, path, kind}): what the next attempt resumes from.
+    latest_checkpoint: dict[str, Any] | None
     wall_s: float
     useful_s: float
     time_lost_s: float
@@ -63,7 +72,49 @@ def metric_files(run: run_store.RunRow, attempts: list[run_store.AttemptRow]) ->
     return [attempt_file(run_dir, a.attempt, a.job_id, AttemptFile.METRICS) for a in attempts]
 
 
-def run_view(store: Store, run: run_store.RunRow) -> RunView:
+def step_files(run: run_store.RunRow, attempts: list[run_store.AttemptRow]) -> list[Path]:
+    """Per attempt, where its steps are: the trainer's metrics file when it wrote step
+    records, else the steps the supervisor read from the trainer's output."""
+    run_dir = Path(run_dir_for(run.workdir or ".", run.run_id))
+    out = []
+    for a, metrics in zip(attempts, metric_files(run, attempts), strict=True):
+        has_steps = any(r.get("event", MetricEvent.STEP.value) == MetricEvent.STEP.value
+                        for r in read_records(metrics))
+        out.append(metrics if has_steps else
+                   attempt_file(run_dir, a.attempt, a.job_id, AttemptFile.PROGRESS))
+    return out
+
+
+def reconcile(store: Store, run: run_store.RunRow, slurm: Slurm | None) -> run_store.RunRow:
+    """A run the store thinks is alive whose job Slurm says was cancelled is CANCELLED.
+
+    The supervisor records a scancel itself; this covers a supervisor killed before it
+    could (Slurm's KillWait ran out). Only CANCELLED is concluded: a job between a node
+    failure and Slurm's requeue looks ended for a moment too.
+    """
+    state = RunState.parse(run.state)
+    if slurm is None or state.is_terminal() or not run.last_job_id:
+        return run
+    try:
+        job = slurm.show_job(run.last_job_id)
+    except (JobNotFound, SlurmError):
+        return run
+    if job.state is not JobState.CANCELLED:
+        return run
+    reason = "cancelled (scancel); recorded by sacme status"
+    run_store.update_run(store, run.run_id, state=RunState.CANCELLED.value, reason=reason)
+    return run_store.get_run(store, run.run_id) or run
+
+
+def checkpoints_on_disk(run: run_store.RunRow) -> list[dict[str, Any]]:
+    spec = TrainSpec.from_json(run.spec)
+    folder = Path(run.workdir or ".") / Path(spec.checkpoint.dir).expanduser()
+    return [{"step": c.step, "path": c.path, "kind": c.kind, "bytes": c.size}
+            for c in find_checkpoints(folder, spec.checkpoint.glob)]
+
+
+def run_view(store: Store, run: run_store.RunRow, slurm: Slurm | None = None) -> RunView:
+    run = reconcile(store, run, slurm)
     attempts = run_store.list_attempts(store, run.run_id)
     failures = run_store.get_failures(store, [a.failure_id for a in attempts if a.failure_id])
     views = []
@@ -80,15 +131,17 @@ def run_view(store: Store, run: run_store.RunRow) -> RunView:
             reason=a.details.get("reason"), diagnosis=diagnosis, excluded=a.excluded,
             resumed_from_step=a.resumed_from_step, skip_steps=a.skip_steps or "",
             last_step=a.last_step, time_lost_s=a.time_lost_s))
-    useful, last_step = useful_seconds(metric_files(run, attempts))
+    useful, last_step = useful_seconds(step_files(run, attempts))
     first = min((a.start_ts for a in attempts), default=None)
     last = max((a.end_ts or time.time() for a in attempts), default=None)
     wall = (last - first) if first is not None and last is not None else 0.0
     lost = sum(a.time_lost_s or 0.0 for a in attempts)
     excluded = sorted({n for a in attempts for n in a.excluded})
-    ckpts = [c.step for c in run_store.list_checkpoints(store, run.run_id)]
+    ckpts = checkpoints_on_disk(run)
     return RunView(run_id=run.run_id, name=run.name, state=run.state, reason=run.reason,
                    job_id=run.last_job_id, attempts=views, excluded_nodes=excluded,
-                   checkpoints=ckpts, wall_s=round(wall, 2), useful_s=round(useful, 2),
+                   checkpoints=[c["step"] for c in ckpts],
+                   latest_checkpoint=ckpts[-1] if ckpts else None,
+                   wall_s=round(wall, 2), useful_s=round(useful, 2),
                    time_lost_s=round(lost, 2),
                    goodput=round(useful / wall, 3) if wall > 0 else None, last_step=last_step)

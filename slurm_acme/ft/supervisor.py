@@ -1,56 +1,53 @@
 """``sacme supervise``: the in-job supervisor that the batch script execs.
 
 One attempt, start to end: record it, learn what the previous attempt left,
-health-check the allocation, launch the trainer with srun, watch its output
-(diagnoser) and its metrics file (heartbeat), then decide -- complete,
-requeue excluding culprits, roll back past a loss spike, or stop -- and
-record the decision before acting on it.
+find the newest checkpoint (the trainer's own or slurm-acme's), health-check
+the allocation, launch the trainer (srun or torchrun), watch it
+(:class:`slurm_acme.ft.watch.StepWatch`), then decide -- complete, requeue
+excluding culprits, roll back past a loss spike, or stop -- and record the
+decision before acting on it.
+
+The attempt is built from steps that an in-allocation restart (issue 19) can
+repeat: :meth:`Supervisor._run_step` launches and watches one training step
+from a resume point, :meth:`Supervisor._decide` turns its end into a
+decision; only :meth:`Supervisor._finish` leaves the allocation.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from slurm_acme import exitcodes
 from slurm_acme.contracts import REQUEUE_HELPER_LOG, AttemptFile, attempt_file
+from slurm_acme.diagnose import Diagnosis
 from slurm_acme.errors import AcmeError, InputError
 from slurm_acme.ft import policy
-from slurm_acme.ft.deps import (
-    Checkpoint,
-    Finding,
-    HealthResult,
-    LogWatcher,
-    health_check,
-    healthy_checkpoints,
-    make_watcher,
-)
+from slurm_acme.ft.checkpoints import Checkpoint, find_checkpoints
 from slurm_acme.ft.launch import (
     Launch,
-    master_port,
+    local_node,
     node_addr,
+    rendezvous_port,
     resolve_address,
-    srun_argv,
     step_request,
+    training_command,
     training_env,
 )
-from slurm_acme.ft.metrics import MetricsTail
+from slurm_acme.ft.progress import compile_patterns
 from slurm_acme.ft.requeue import spawn_detached
 from slurm_acme.ft.spec import TrainSpec
-from slurm_acme.slurm import Slurm, SlurmError, start_step
+from slurm_acme.ft.states import AttemptOutcome, RunState
+from slurm_acme.ft.watch import Signals, StepWatch
+from slurm_acme.health.records import HealthReport
+from slurm_acme.slurm import JobState, Slurm, SlurmError, start_step, step_env
 from slurm_acme.store import Store
 from slurm_acme.store import runs as run_store
 
-_LABEL = re.compile(r"^\s*(\d+):\s?(.*)$")
-#: Outcomes of earlier attempts that count against ``max_restarts``.
-_RESTARTS = {policy.REQUEUE, policy.ROLLBACK, policy.NODE_FAIL, policy.LOST, "killed"}
+__all__ = ["JobContext", "Signals", "Supervisor", "health_check"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +61,8 @@ class JobContext:
     cluster: str
     run_dir: str
     workdir: str
+    #: The node the supervisor runs on (the batch host).
+    here: str = ""
 
     @classmethod
     def from_env(cls, run_id: str, env: Mapping[str, str], run_dir: str,
@@ -74,29 +73,27 @@ class JobContext:
         return cls(run_id=run_id, job_id=job_id, attempt=int(env.get("SLURM_RESTART_COUNT") or 0),
                    nodelist=env.get("SLURM_JOB_NODELIST", ""),
                    cluster=env.get("SLURM_CLUSTER_NAME", ""), run_dir=run_dir,
-                   workdir=workdir)
+                   workdir=workdir, here=local_node(env))
 
     def path(self, kind: AttemptFile) -> Path:
         return attempt_file(self.run_dir, self.attempt, self.job_id, kind)
 
 
-@dataclass
-class Signals:
-    """Flags set by signal handlers and read by the watch loop."""
+def health_check(nodes: Sequence[str], *, job_id: str | None, timeout_s: float,
+                 gpus_per_node: int | None = None) -> HealthReport:
+    """Two-round allgather bisection over ``nodes`` inside the job's allocation."""
+    from slurm_acme.health import run_health_check
 
-    usr2: bool = False
-    term: bool = False
-    requeue_pending: bool = False
+    return run_health_check(list(nodes), timeout_s=timeout_s, job_id=job_id,
+                            gpus_per_node=gpus_per_node or None)
 
-    def install(self) -> None:
-        signal.signal(signal.SIGUSR2, self._on_usr2)
-        signal.signal(signal.SIGTERM, self._on_term)
 
-    def _on_usr2(self, *_: object) -> None:
-        self.usr2 = True
-
-    def _on_term(self, *_: object) -> None:
-        self.term = True
+def _counts_as_restart(a: run_store.AttemptRow) -> bool:
+    recorded = a.details.get("counts_as_restart")
+    if isinstance(recorded, bool):
+        return recorded
+    outcome = AttemptOutcome.parse(a.outcome)
+    return outcome is not None and outcome.counts_as_restart
 
 
 @dataclass
@@ -105,18 +102,22 @@ class Supervisor:
     slurm: Slurm
     spec: TrainSpec
     ctx: JobContext
-    watcher_factory: Callable[[Sequence[str]], LogWatcher] = make_watcher
-    health: Callable[..., HealthResult] = health_check
-    checkpoints: Callable[[str], list[Checkpoint]] = healthy_checkpoints
+    health: Callable[..., HealthReport] = health_check
+    checkpoints: Callable[[str, Sequence[str]], list[Checkpoint]] = find_checkpoints
     spawn: Callable[..., None] = spawn_detached
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     signals: Signals = field(default_factory=Signals)
     poll_s: float = 0.5
     log: Callable[[str], None] = print
-    ckpt_dir: str = ""
     #: How long to wait for the requeue helper to end this job before exiting anyway.
     requeue_wait_s: float = 120.0
-    detected_after_s: float | None = None
+    #: The client for queries after a SIGTERM: they must fit in Slurm's KillWait (30 s by
+    #: default) before the SIGKILL, so it has a short timeout; None: ``slurm``.
+    after_term: Slurm | None = None
+
+    @property
+    def ckpt_dir(self) -> str:
+        return str(Path(self.ctx.workdir) / Path(self.spec.checkpoint.dir).expanduser())
 
     # ------------------------------------------------------------ run
     def run(self) -> int:
@@ -124,31 +125,22 @@ class Supervisor:
         Path(ctx.run_dir).mkdir(parents=True, exist_ok=True)
         nodes = self.slurm.show_hostnames(ctx.nodelist) if ctx.nodelist else []
         history = self._history()
-        restarts_used = sum(1 for a in history if a.outcome in _RESTARTS)
+        budget = policy.Budget(
+            restarts_used=sum(1 for a in history if _counts_as_restart(a)),
+            unknown_used=sum(1 for a in history if a.details.get("unknown")),
+            max_restarts=self.spec.fault_tolerance.max_restarts,
+            max_unknown_restarts=self.spec.fault_tolerance.max_unknown_restarts)
         skip = policy.merge_skips(*(policy.parse_skips(a.details.get("add_skip")) for a in history))
-        rollbacks = [(a.end_ts or 0.0, int(a.details["rollback_before"]))
-                     for a in history if a.details.get("rollback_before") is not None]
-        self.ckpt_dir = str(Path(ctx.workdir) / Path(self.spec.checkpoint.dir).expanduser())
-        resume = policy.resume_point(self.checkpoints(self.ckpt_dir), rollbacks)
+        resume = self._resume_point(history)
         start = self._record_start(nodes, history, resume, skip)
         self.signals.install()
 
-        preflight = self._preflight(nodes, restarts_used)
-        if preflight is not None:
-            return self._finish(preflight, start=start, history=history, last_step=None,
-                                last_ckpt_ts=None, exit_code=None, nodes=nodes)
-        launch = self._launch(nodes, self.ckpt_dir, resume, skip)
-        end, last_step, last_ckpt_ts = self._watch(launch, start)
-        if self.signals.term and not self.signals.requeue_pending:
-            return self._killed(start, last_step, last_ckpt_ts)
-        decision = policy.decide(end, restarts_used=restarts_used,
-                                 max_restarts=self.spec.fault_tolerance.max_restarts,
-                                 spike_skip=self.spec.fault_tolerance.loss_spike.skip,
-                                 hang_timeout=self.spec.fault_tolerance.hang_timeout)
-        if decision.needs_culprit:
-            decision = self._with_culprits(decision, nodes)
-        return self._finish(decision, start=start, history=history, last_step=last_step,
-                            last_ckpt_ts=last_ckpt_ts, exit_code=end.exit_code, nodes=nodes)
+        before = self._before_launch(nodes, history, budget)
+        if before is not None:
+            return self._finish(before, start=start, history=history, end=None, nodes=nodes)
+        end = self._run_step(nodes, resume, skip)
+        decision = self._decide(end, nodes, budget)
+        return self._finish(decision, start=start, history=history, end=end, nodes=nodes)
 
     # -------------------------------------------------------- previous
     def _history(self) -> list[run_store.AttemptRow]:
@@ -160,14 +152,27 @@ class Supervisor:
                     if (a.attempt, a.job_id) != (ctx.attempt, ctx.job_id)]
 
         history = earlier()
-        if history and (history[-1].end_ts is None or history[-1].outcome == "killed"):
-            self._close_lost(history[-1])
-            history = earlier()
+        if history and (history[-1].end_ts is None
+                        or AttemptOutcome.parse(history[-1].outcome) is AttemptOutcome.KILLED):
+            if self._close_lost(history[-1]):
+                history = earlier()
         if history:
             prev = history[-1]
             self.log(f"previous attempt {prev.attempt} (job {prev.job_id}) on {prev.nodelist}: "
                      f"{prev.outcome}: {prev.details.get('reason', '-')}")
         return history
+
+    def _resume_point(self, history: Sequence[run_store.AttemptRow]) -> Checkpoint | None:
+        rollbacks = [(a.end_ts or 0.0, int(a.details["rollback_before"]))
+                     for a in history if a.details.get("rollback_before") is not None]
+        return policy.resume_point(self._on_disk(), rollbacks)
+
+    def _on_disk(self) -> list[Checkpoint]:
+        try:
+            return self.checkpoints(self.ckpt_dir, self.spec.checkpoint.glob)
+        except (OSError, ValueError) as exc:
+            self.log(f"cannot list checkpoints in {self.ckpt_dir}: {exc}")
+            return []
 
     def _record_start(self, nodes: Sequence[str], history: Sequence[run_store.AttemptRow],
                       resume: Checkpoint | None, skip: str) -> float:
@@ -177,65 +182,75 @@ class Supervisor:
                                 job_id=ctx.job_id, nodelist=",".join(nodes), start_ts=start,
                                 resumed_from_step=resume.step if resume else None,
                                 resumed_from=resume.path if resume else None, skip_steps=skip)
-        run_store.update_run(self.store, ctx.run_id, state="RUNNING", last_job_id=ctx.job_id)
+        run_store.update_run(self.store, ctx.run_id, state=RunState.RUNNING.value,
+                             last_job_id=ctx.job_id)
         if history and history[-1].failure_id:
             run_store.set_failure_recovery(self.store, history[-1].failure_id,
                                            start - (history[-1].end_ts or start))
+        where = f"{resume.path} ({resume.kind}, step {resume.step})" if resume else "scratch"
         self.log(f"attempt {ctx.attempt} of run {ctx.run_id} (job {ctx.job_id}) on "
-                 f"{','.join(nodes)}; resume from {resume.path if resume else 'scratch'}; "
-                 f"skip {skip or '-'}")
+                 f"{','.join(nodes)}; resume from {where}; skip {skip or '-'}")
         return start
 
-    def _close_lost(self, prev: run_store.AttemptRow) -> None:
-        """The previous attempt ended without a decision: NODE_FAIL or a kill."""
-        down: list[str] = []
+    def _down_nodes(self, nodes: Sequence[str], slurm: Slurm | None = None) -> tuple[str, ...]:
+        """Those of ``nodes`` that Slurm reports down, drained, failed or not responding."""
         try:
-            states = {n.name: n for n in self.slurm.sinfo_nodes()}
-            for node in (prev.nodelist or "").split(","):
-                info = states.get(node)
-                if info is not None and (not info.responding or info.state.startswith(
-                        ("down", "drain", "fail"))):
-                    down.append(node)
+            states = {n.name: n for n in (slurm or self.slurm).sinfo_nodes()}
         except SlurmError as exc:
             self.log(f"cannot read node states: {exc}")
-        outcome = policy.NODE_FAIL if down else policy.LOST
+            return ()
+        return tuple(n for n in nodes if (info := states.get(n)) is not None and (
+            not info.responding or info.state.startswith(("down", "drain", "fail"))))
+
+    def _close_lost(self, prev: run_store.AttemptRow) -> bool:
+        """The previous attempt ended without a decision (its supervisor was killed), or was
+        killed by Slurm: a node that is down now failed it. True when the row changed."""
+        down = self._down_nodes((prev.nodelist or "").split(","))
+        if not down and prev.end_ts is not None:
+            return False  # killed, recorded as such, and no node is down: nothing to add
         failure_id = prev.failure_id
+        decision = policy.ended_by_slurm(None, down)
         if down and failure_id is None:
-            failure_id = run_store.record_failure(
-                self.store, cluster=self.ctx.cluster, job_id=prev.job_id, run_id=prev.run_id,
-                attempt=prev.attempt, ts=prev.end_ts or time.time(), category="NodeFailure",
-                origin="infrastructure", action="requeue_exclude_node", node=down[0],
-                rule_id=None, confidence=1.0,
-                evidence=[f"{n}: not responding or down in sinfo" for n in down],
-                source="slurm", gpus=None,
-                time_to_failure_s=(prev.end_ts or time.time()) - prev.start_ts, log_path=None)
-        detail = {**prev.details, "reason": (f"node(s) {','.join(down)} failed (NODE_FAIL); "
-                                             "Slurm requeued the job") if down else
-                  "ended without a decision (killed); Slurm requeued the job"}
+            failure_id = self._record_failure(decision.diagnosis, job_id=prev.job_id,
+                                              attempt=prev.attempt, ts=prev.end_ts or time.time(),
+                                              since=prev.start_ts, gpus=None, log_path=None)
+        outcome = AttemptOutcome.NODE_FAIL if down else AttemptOutcome.LOST
+        reason = decision.reason if down else prev.details.get(
+            "reason", "ended without a decision (killed); Slurm requeued the job")
         run_store.end_attempt(self.store, run_id=prev.run_id, attempt=prev.attempt,
                               job_id=prev.job_id, end_ts=prev.end_ts or time.time(),
-                              outcome=outcome, exit_code=prev.exit_code, excluded=down,
+                              outcome=outcome.value, exit_code=prev.exit_code,
+                              excluded=sorted(set(prev.excluded) | set(down)),
                               last_step=prev.last_step, time_lost_s=prev.time_lost_s,
-                              failure_id=failure_id, detail=detail)
+                              failure_id=failure_id, detail={**prev.details, "reason": reason})
+        return True
 
-    def _preflight(self, nodes: Sequence[str], restarts_used: int) -> policy.Decision | None:
-        """The pre-flight allgather check; a decision only when it found bad nodes."""
+    def _carried_exclusions(self, history: Sequence[run_store.AttemptRow]) -> set[str]:
+        return {n for a in history for n in a.excluded} | set(self.spec.fault_tolerance.exclude)
+
+    def _before_launch(self, nodes: Sequence[str], history: Sequence[run_store.AttemptRow],
+                       budget: policy.Budget) -> policy.Decision | None:
+        """A decision made before the trainer starts: the allocation holds a node an earlier
+        attempt excluded, or the pre-flight health check found bad nodes."""
+        clash = sorted(set(nodes) & self._carried_exclusions(history))
+        if clash:
+            return policy.Decision(AttemptOutcome.REQUEUE, f"allocation holds excluded node(s) "
+                                   f"{','.join(clash)}: requeue without them",
+                                   exclude=tuple(clash), counts_as_restart=False)
         if self.spec.fault_tolerance.health_check != "allgather" or len(nodes) < 2:
             return None
         bad = self._health(nodes, "pre-flight")
         if not bad:
             return None
-        finding = Finding(category="health_check", origin="infrastructure",
-                          action="requeue_exclude_node", node=bad[0],
-                          evidence=(f"pre-flight allgather failed on {','.join(bad)}",),
-                          source="health")
-        decision = policy.decide(policy.AttemptEnd(exit_code=None, finding=finding),
-                                 restarts_used=restarts_used,
-                                 max_restarts=self.spec.fault_tolerance.max_restarts)
+        finding = Diagnosis(category="health_check", origin="infrastructure",
+                            action="requeue_exclude_node", node=bad[0], confidence=1.0,
+                            evidence=(f"pre-flight allgather failed on {','.join(bad)}",),
+                            source="health")
+        decision = policy.decide(policy.AttemptEnd(exit_code=None, diagnosis=finding), budget)
         if not decision.requeues:
             return decision
-        return policy.Decision(policy.REQUEUE, f"pre-flight health check: bad node(s) "
-                               f"{','.join(bad)}", exclude=tuple(bad), finding=finding)
+        return policy.Decision(AttemptOutcome.REQUEUE, f"pre-flight health check: bad node(s) "
+                               f"{','.join(bad)}", exclude=tuple(bad), diagnosis=finding)
 
     # ---------------------------------------------------------- health
     def _health(self, nodes: Sequence[str], why: str) -> list[str]:
@@ -250,37 +265,48 @@ class Supervisor:
         self.log(f"{why} health check: bad nodes {list(result.bad_nodes) or 'none'}")
         return list(result.bad_nodes)
 
-    def _with_culprits(self, decision: policy.Decision, nodes: Sequence[str]) -> policy.Decision:
-        bad: list[str] = []
-        if self.spec.fault_tolerance.health_check == "allgather" and len(nodes) >= 2:
-            bad = self._health(nodes, "culprit")
-        reason = (f"{decision.reason}; health check found {','.join(bad)}" if bad
-                  else f"{decision.reason}; no culprit found, requeue without exclusion")
-        return policy.Decision(decision.outcome, reason, exclude=tuple(bad),
-                               finding=decision.finding)
+    # ------------------------------------------------------------ step
+    def _run_step(self, nodes: Sequence[str], resume: Checkpoint | None,
+                  skip: str) -> policy.AttemptEnd:
+        """Launch one training step from ``resume`` and watch it to its end."""
+        launch, proc = self._launch(nodes, resume, skip)
+        watch = StepWatch(spec=self.spec, metrics_path=self.ctx.path(AttemptFile.METRICS),
+                          log_path=self.ctx.path(AttemptFile.LOG),
+                          progress_path=self.ctx.path(AttemptFile.PROGRESS),
+                          signals=self.signals,
+                          patterns=compile_patterns(self.spec.progress.patterns,
+                                                    defaults=self.spec.progress.defaults),
+                          poll_s=self.poll_s, log=self.log)
+        end = watch.run(launch, proc)
+        self.ctx.path(AttemptFile.COMPRESSED_LOG).write_text("\n".join(end.compressed) + "\n",
+                                                             encoding="utf-8")
+        return end
 
-    # ---------------------------------------------------------- launch
-    def _launch(self, nodes: Sequence[str], ckpt_dir: str, resume: Checkpoint | None,
+    def _launch(self, nodes: Sequence[str], resume: Checkpoint | None,
                 skip: str) -> tuple[Launch, subprocess.Popen[str]]:
-        ctx = self.ctx
-        first = nodes[0] if nodes else "localhost"
-        addr = resolve_address(first, self._node_addr(first))
-        port = master_port(ctx.job_id, ctx.attempt)
-        env = training_env(self.spec, base=self.env, ckpt_dir=ckpt_dir,
-                           resume_from=resume.path if resume else None, skip_steps=skip,
+        ctx, spec = self.ctx, self.spec
+        master = nodes[0] if nodes else "localhost"
+        addr = resolve_address(master, self._node_addr(master)) if nodes else "127.0.0.1"
+        port = rendezvous_port(master, here=ctx.here, job_id=ctx.job_id if nodes else "")
+        env = training_env(spec, base=self.env, ckpt_dir=self.ckpt_dir,
+                           resume_from=resume.path if resume else None,
+                           resume_step=resume.step if resume else None, skip_steps=skip,
                            metrics_file=str(ctx.path(AttemptFile.METRICS)), master_addr=addr,
                            port=port, run_id=ctx.run_id, attempt=ctx.attempt)
-        argv = srun_argv(self.spec, nodes) if nodes else tuple(self.spec.argv)
-        launch = Launch(argv=argv, env=env, nodes=tuple(nodes),
-                        ntasks_per_node=self.spec.ntasks_per_node)
-        self.log(f"launch: {' '.join(argv)} (MASTER_ADDR={addr} MASTER_PORT={port})")
-        if nodes:
-            proc = start_step(step_request(self.spec, nodes), self.spec.argv,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL, env=env, text=True,
+        command = training_command(spec, nodes or ["localhost"], endpoint=f"{addr}:{port}",
+                                   run_id=f"{ctx.run_id}-{ctx.attempt}", env=env)
+        per_node = 1 if spec.launch == "torchrun" else spec.ntasks_per_node
+        request = step_request(spec, nodes) if nodes else None
+        launch = Launch(argv=tuple(command), env=env, nodes=tuple(nodes), tasks_per_node=per_node,
+                        task_is_rank=spec.launch == "srun", master_addr=addr, port=port)
+        self.log(f"launch ({spec.launch}): {' '.join(command)} (MASTER_ADDR={addr} "
+                 f"MASTER_PORT={port})")
+        if request is not None:
+            proc = start_step(request, command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, env=step_env(env), text=True,
                               errors="replace", bufsize=1)
         else:  # no allocation (a local run): the command itself, not a Slurm step
-            proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=dict(env), text=True,
                                     errors="replace", bufsize=1)
         return launch, proc
@@ -291,125 +317,117 @@ class Supervisor:
         except SlurmError:
             return None
 
-    # ----------------------------------------------------------- watch
-    def _watch(self, launched: tuple[Launch, subprocess.Popen[str]],
-               start: float) -> tuple[policy.AttemptEnd, int | None, float | None]:
-        launch, proc = launched
-        watcher = self.watcher_factory(self.spec.diagnosis.rules)
-        lock = threading.Lock()
-        log_file = self.ctx.path(AttemptFile.LOG).open("a", encoding="utf-8")
-        reader = threading.Thread(target=_pump, args=(proc, launch, watcher, lock, log_file),
-                                  daemon=True)
-        reader.start()
-        metrics = MetricsTail(self.ctx.path(AttemptFile.METRICS))
-        hang_timeout = self.spec.fault_tolerance.hang_timeout
-        startup_timeout = self.spec.fault_tolerance.startup_timeout
-        launched_at = time.time()
-        hung = forwarded = False
-        last_ckpt_ts = None
-        while proc.poll() is None:
-            time.sleep(self.poll_s)
-            before = len(metrics.checkpoints)
-            metrics.poll()
-            if len(metrics.checkpoints) > before:
-                last_ckpt_ts = time.time()
-            if self.signals.usr2 and not forwarded:
-                self.log("time-limit signal: asking the trainer to checkpoint")
-                proc.send_signal(signal.SIGUSR2)
-                forwarded = True
-            if self.signals.term:
-                _stop(proc)
-                break
-            progress = metrics.last_progress_ts or launched_at
-            limit = hang_timeout if metrics.last_progress_ts else startup_timeout
-            if time.time() - progress > limit and not metrics.done:
-                self.log(f"hang: no new step for {limit:g}s (last step {metrics.last_step})")
-                self.detected_after_s = round(time.time() - progress, 2)
-                hung = True
-                _stop(proc)
-                break
-        rc = proc.wait()
-        reader.join(timeout=10)
-        log_file.close()
-        metrics.poll()
-        with lock:
-            finding = None if rc == 0 and not hung else watcher.finding()
-            compressed = watcher.compressed_lines()
-        self.ctx.path(AttemptFile.COMPRESSED_LOG).write_text("\n".join(compressed) + "\n", encoding="utf-8")
-        end = policy.AttemptEnd(exit_code=rc, finding=finding, hung=hung,
-                                time_limit_signal=self.signals.usr2,
-                                spike_step=metrics.spike_step if rc != 0 else None,
-                                done=metrics.done,
-                                checkpointed_for_requeue=metrics.checkpointed_for_requeue)
-        self.log(f"trainer exited {rc}; hung={hung}; diagnosis="
-                 f"{finding.category + '/' + finding.origin if finding else '-'}")
-        return end, metrics.last_step, last_ckpt_ts
+    # ---------------------------------------------------------- decide
+    def _decide(self, end: policy.AttemptEnd, nodes: Sequence[str],
+                budget: policy.Budget) -> policy.Decision:
+        if end.terminated:
+            return self._ended_by_slurm(nodes)
+        decision = policy.decide(end, budget, spike_skip=self.spec.fault_tolerance.loss_spike.skip)
+        if decision.needs_culprit:
+            decision = self._with_culprits(decision, nodes)
+        return decision
+
+    def _ended_by_slurm(self, nodes: Sequence[str]) -> policy.Decision:
+        """SIGTERM from Slurm: ask it why (scancel, node failure, time limit) while KillWait lasts."""
+        slurm = self.after_term or self.slurm
+        state = None
+        try:
+            state = slurm.show_job(self.ctx.job_id).state
+        except SlurmError as exc:
+            self.log(f"cannot read the job's state after SIGTERM: {exc}")
+        down = () if state is JobState.CANCELLED else self._down_nodes(nodes, slurm)
+        decision = policy.ended_by_slurm(state, down)
+        self.log(f"ended by Slurm: job state {state.value if state else '?'}; "
+                 f"down {','.join(down) or '-'}")
+        return decision
+
+    def _with_culprits(self, decision: policy.Decision, nodes: Sequence[str]) -> policy.Decision:
+        bad: list[str] = []
+        if self.spec.fault_tolerance.health_check == "allgather" and len(nodes) >= 2:
+            bad = self._health(nodes, "culprit")
+        reason = (f"{decision.reason}; health check found {','.join(bad)}" if bad
+                  else f"{decision.reason}; no culprit found, requeue without exclusion")
+        return replace(decision, reason=reason, exclude=tuple(bad), needs_culprit=False)
 
     # ---------------------------------------------------------- finish
     def _finish(self, decision: policy.Decision, *, start: float,
-                history: Sequence[run_store.AttemptRow], last_step: int | None,
-                last_ckpt_ts: float | None, exit_code: int | None, nodes: Sequence[str]) -> int:
+                history: Sequence[run_store.AttemptRow], end: policy.AttemptEnd | None,
+                nodes: Sequence[str]) -> int:
         ctx = self.ctx
         now = time.time()
         exclude = sorted(set(decision.exclude))
         if decision.requeues and exclude:
             decision = self._check_room(decision, exclude, history)
-        self._record_checkpoints()
+        on_disk = self._sync_checkpoints()
         failure_id = None
-        if decision.finding is not None and decision.outcome != policy.COMPLETED:
-            f = decision.finding
-            failure_id = run_store.record_failure(
-                self.store, cluster=ctx.cluster, job_id=ctx.job_id, run_id=ctx.run_id,
-                attempt=ctx.attempt, ts=now, category=f.category, origin=f.origin,
-                action=f.action, node=f.node, rule_id=f.rule_id, confidence=f.confidence,
-                evidence=list(f.evidence), source=f.source,
-                gpus=self.spec.gpus_per_node * len(nodes), time_to_failure_s=now - start,
-                log_path=str(ctx.path(AttemptFile.LOG)))
-        lost = 0.0 if decision.outcome == policy.COMPLETED else now - (last_ckpt_ts or start)
-        detail: dict[str, object] = {"reason": decision.reason}
+        if decision.diagnosis is not None and decision.outcome not in (
+                AttemptOutcome.COMPLETED, AttemptOutcome.TIME_LIMIT, AttemptOutcome.CANCELLED):
+            failure_id = self._record_failure(
+                decision.diagnosis, job_id=ctx.job_id, attempt=ctx.attempt, ts=now, since=start,
+                gpus=self.spec.gpus_per_node * len(nodes), log_path=str(ctx.path(AttemptFile.LOG)))
+        saved = max([c.created_ts for c in on_disk if c.created_ts >= start]
+                    + [end.last_ckpt_ts or 0.0 if end else 0.0, start])
+        lost = 0.0 if decision.outcome is AttemptOutcome.COMPLETED else now - saved
+        detail: dict[str, object] = {"reason": decision.reason,
+                                     "counts_as_restart": decision.requeues
+                                     and decision.counts_as_restart}
+        if decision.unknown:
+            detail["unknown"] = True
         if decision.rollback_before is not None:
             detail["rollback_before"] = decision.rollback_before
         if decision.add_skip:
             detail["add_skip"] = policy.merge_skips(decision.add_skip)
-        if self.detected_after_s is not None:
-            detail["hang_detected_after_s"] = self.detected_after_s
+        if end is not None and end.hang is not None:
+            detail["hang_detected_after_s"] = end.hang.quiet_s
+            detail["hang_limit"] = end.hang.limit_name
+        carries = decision.requeues or decision.outcome is AttemptOutcome.NODE_FAIL
         run_store.end_attempt(self.store, run_id=ctx.run_id, attempt=ctx.attempt,
-                              job_id=ctx.job_id, end_ts=now, outcome=decision.outcome,
-                              exit_code=exit_code, excluded=exclude if decision.requeues else [],
-                              last_step=last_step, time_lost_s=lost, failure_id=failure_id,
-                              detail=detail)
-        state = {policy.COMPLETED: "COMPLETED", policy.STOP: "STOPPED"}.get(
-            decision.outcome, "REQUEUED")
-        run_store.update_run(self.store, ctx.run_id, state=state, reason=decision.reason)
-        self.log(f"decision: {decision.outcome}: {decision.reason}")
+                              job_id=ctx.job_id, end_ts=now, outcome=decision.outcome.value,
+                              exit_code=end.exit_code if end else None,
+                              excluded=exclude if carries else [],
+                              last_step=end.last_step if end else None, time_lost_s=lost,
+                              failure_id=failure_id, detail=detail)
+        run_store.update_run(self.store, ctx.run_id, state=decision.outcome.run_state().value,
+                             reason=decision.reason)
+        self.log(f"decision: {decision.outcome.value}: {decision.reason}")
+        all_excluded = sorted(set(exclude) | self._carried_exclusions(history))
+        helper_log = str(Path(ctx.run_dir) / REQUEUE_HELPER_LOG)
+        if decision.outcome in (AttemptOutcome.KILLED, AttemptOutcome.NODE_FAIL):
+            # Slurm requeues the job itself; the helper skips the requeue delay and keeps
+            # the failed nodes out of the next allocation.
+            self.spawn(ctx.job_id, exclude=all_excluded, mode="watch", log_path=helper_log)
         if not decision.requeues:
             return decision.exit_code
-        all_excluded = sorted(set(exclude) | {n for a in history for n in a.excluded
-                                              if a.outcome != policy.NODE_FAIL}
-                              | set(self.spec.fault_tolerance.exclude))
         self.signals.requeue_pending = True
-        self.spawn(ctx.job_id, exclude=all_excluded, mode="requeue",
-                   log_path=str(Path(ctx.run_dir) / REQUEUE_HELPER_LOG))
+        self.spawn(ctx.job_id, exclude=all_excluded, mode="requeue", log_path=helper_log)
         deadline = time.time() + self.requeue_wait_s
         while time.time() < deadline and not self.signals.term:
             time.sleep(self.poll_s)
         if not self.signals.term and self.requeue_wait_s > 0:
-            run_store.update_run(self.store, ctx.run_id, state="STOPPED",
+            run_store.update_run(self.store, ctx.run_id, state=RunState.STOPPED.value,
                                  reason=f"{decision.reason}; but the job was not requeued within "
-                                 f"{self.requeue_wait_s:g}s (see {ctx.run_dir}/{REQUEUE_HELPER_LOG})")
+                                 f"{self.requeue_wait_s:g}s (see {helper_log})")
         return decision.exit_code
 
-    def _record_checkpoints(self) -> None:
-        try:
-            healthy = self.checkpoints(self.ckpt_dir)
-        except (OSError, ValueError) as exc:
-            self.log(f"cannot list checkpoints in {self.ckpt_dir}: {exc}")
-            return
-        for ck in healthy:
-            run_store.record_checkpoint(self.store, run_id=self.ctx.run_id, job_id=self.ctx.job_id,
-                                        step=ck.step, path=ck.path, size=ck.size,
-                                        checksum=ck.checksum, healthy=True,
-                                        created_ts=ck.created_ts or time.time())
+    def _record_failure(self, diagnosis: Diagnosis | None, *, job_id: str, attempt: int,
+                        ts: float, since: float, gpus: int | None, log_path: str | None
+                        ) -> int | None:
+        if diagnosis is None:
+            return None
+        d = diagnosis
+        return run_store.record_failure(
+            self.store, cluster=self.ctx.cluster, job_id=job_id, run_id=self.ctx.run_id,
+            attempt=attempt, ts=ts, category=d.category, origin=d.origin, action=d.action,
+            node=d.node, rule_id=d.rule_id, confidence=d.confidence, evidence=list(d.evidence),
+            source=d.source, gpus=gpus, time_to_failure_s=ts - since, log_path=log_path)
+
+    def _sync_checkpoints(self) -> list[Checkpoint]:
+        """Record the checkpoints on disk now; forget those retention deleted."""
+        on_disk = self._on_disk()
+        run_store.sync_checkpoints(self.store, run_id=self.ctx.run_id, job_id=self.ctx.job_id,
+                                   present=[(c.step, c.path, c.size, c.checksum,
+                                             c.created_ts or time.time()) for c in on_disk])
+        return on_disk
 
     def _check_room(self, decision: policy.Decision, exclude: list[str],
                     history: Sequence[run_store.AttemptRow]) -> policy.Decision:
@@ -418,53 +436,9 @@ class Supervisor:
             names = {n.name for n in self.slurm.sinfo_nodes()}
         except SlurmError:
             return decision
-        excluded = set(exclude) | {n for a in history for n in a.excluded} \
-            | set(self.spec.fault_tolerance.exclude)
+        excluded = set(exclude) | self._carried_exclusions(history)
         if len(names - excluded) < self.spec.nodes:
-            return policy.Decision(policy.STOP, f"{decision.reason}; but only "
+            return policy.Decision(AttemptOutcome.STOP, f"{decision.reason}; but only "
                                    f"{len(names - excluded)} nodes are left after excluding "
-                                   f"{','.join(sorted(excluded))}", finding=decision.finding)
+                                   f"{','.join(sorted(excluded))}", diagnosis=decision.diagnosis)
         return decision
-
-    def _killed(self, start: float, last_step: int | None, last_ckpt_ts: float | None) -> int:
-        """Slurm is ending the job (NODE_FAIL requeue, scancel): record, hurry a requeue."""
-        ctx = self.ctx
-        now = time.time()
-        run_store.end_attempt(self.store, run_id=ctx.run_id, attempt=ctx.attempt,
-                              job_id=ctx.job_id, end_ts=now, outcome="killed", exit_code=None,
-                              last_step=last_step, time_lost_s=now - (last_ckpt_ts or start),
-                              detail={"reason": "killed by Slurm (SIGTERM)"})
-        self.spawn(ctx.job_id, exclude=[], mode="watch",
-                   log_path=str(Path(ctx.run_dir) / REQUEUE_HELPER_LOG))
-        return 128 + signal.SIGTERM
-
-
-def _pump(proc: subprocess.Popen[str], launch: Launch, watcher: LogWatcher,
-          lock: threading.Lock, log_file) -> None:  # type: ignore[no-untyped-def]
-    """Copy srun's labelled output to the attempt log and into the diagnoser."""
-    assert proc.stdout is not None
-    for raw in proc.stdout:
-        line = raw.rstrip("\n")
-        log_file.write(line + "\n")
-        log_file.flush()
-        match = _LABEL.match(line)
-        rank = int(match.group(1)) if match else None
-        text = match.group(2) if match else line
-        with lock:
-            watcher.feed(text, rank=rank, node=launch.node_of_rank(rank))
-
-
-def _stop(proc: subprocess.Popen[str], grace: float = 10.0) -> None:
-    """Stop the step: SIGTERM (srun forwards it), then SIGKILL after ``grace``."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-def exit_code_for(outcome: str) -> int:
-    return {policy.COMPLETED: exitcodes.OK, policy.STOP: exitcodes.SUPERVISOR_STOP}.get(
-        outcome, exitcodes.SUPERVISOR_REQUEUE)

@@ -208,6 +208,21 @@ def record_checkpoint(store: Store, *, run_id: str, job_id: str | None, step: in
         }], ["run_id", "step"])
 
 
+def sync_checkpoints(store: Store, *, run_id: str, job_id: str | None,
+                     present: list[tuple[int, str, float | None, str | None, float]]) -> None:
+    """Make the run's checkpoint rows what is on disk: ``present`` is (step, path, bytes,
+    checksum, created_ts) of each; rows of steps no longer there are removed."""
+    steps = [step for step, *_ in present]
+    with store.engine.begin() as conn:
+        conn.execute(checkpoints.delete().where(
+            (checkpoints.c.run_id == run_id) & checkpoints.c.step.not_in(steps)))
+        if present:
+            upsert(conn, checkpoints, [{
+                "run_id": run_id, "job_id": job_id, "step": step, "path": path, "bytes": size,
+                "checksum": checksum, "healthy": True, "created_ts": created_ts,
+            } for step, path, size, checksum, created_ts in present], ["run_id", "step"])
+
+
 def list_checkpoints(store: Store, run_id: str) -> list[CheckpointRow]:
     with store.engine.connect() as conn:
         rows = conn.execute(select(checkpoints).where(checkpoints.c.run_id == run_id)

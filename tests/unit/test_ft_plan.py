@@ -94,3 +94,12 @@ def test_unknown_excluded_node_is_rejected() -> None:
 
 def test_fitting_spec_passes() -> None:
     check_fits(plan_for(), _nodes(4))
+
+
+def test_sbatch_passthrough_is_rendered_as_argv_words() -> None:
+    plan = plan_for(SPEC + "sbatch: {mem: 64G, constraint: \"a100&ib'; echo x\", exclusive: true, oversubscribe: false}\n")
+    argv = plan.sbatch_argv
+    assert "--mem=64G" in argv and "--exclusive" in argv
+    assert "--constraint=a100&ib'; echo x" in argv  # one word, never through a shell
+    assert not any(a.startswith("--oversubscribe") for a in argv)
+    assert shlex.split(plan.render().splitlines()[2]) == list(argv)

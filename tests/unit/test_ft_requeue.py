@@ -50,3 +50,11 @@ def test_watch_mode_leaves_a_cancelled_job_alone(monkeypatch) -> None:  # type: 
     slurm = FakeSlurm(["CANCELLED"])
     requeue.hurry_requeued(slurm, "42")  # type: ignore[arg-type]
     assert slurm.calls == []
+
+
+def test_watch_mode_keeps_the_failed_node_out_of_the_next_allocation(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # a DOWN node may return to service (ReturnToService=2) before the job starts again
+    monkeypatch.setattr(requeue.time, "sleep", lambda s: None)
+    slurm = FakeSlurm(["NODE_FAIL", "PENDING"])
+    requeue.hurry_requeued(slurm, "42", ["node2"])  # type: ignore[arg-type]
+    assert slurm.calls == [("update", "42", {"StartTime": "now", "ExcNodeList": "node2"})]

@@ -97,3 +97,80 @@ def test_json_round_trip_keeps_alias() -> None:
 def test_bad_set_value_names_the_override() -> None:
     with pytest.raises(InputError, match=r"^t.yaml: --set nodes=abc: field 'nodes'"):
         parse_spec(GOOD, "t.yaml", ["nodes=abc"])
+
+
+# ------------------------------------------------------------ launchers, sbatch, progress
+
+@pytest.mark.parametrize("command,launcher", [
+    ("[srun, python, train.py]", "srun"),
+    ("'srun -n 8 python train.py'", "srun"),
+    ("'env NCCL_DEBUG=INFO timeout 10h srun python train.py'", "srun"),
+    ("[/usr/bin/srun, python, train.py]", "srun"),
+    ("'cd /x && torchrun --nproc-per-node 8 train.py'", "torchrun"),
+    ("[python, -m, torch.distributed.run, train.py]", "python -m torch.distributed.run"),
+    ("[bash, -c, 'sbatch job.sh']", "sbatch"),
+    ("'mpirun -np 8 python train.py'", "mpirun"),
+])
+def test_a_command_that_starts_its_own_launcher_is_rejected_with_the_fix(command: str, launcher: str) -> None:
+    with pytest.raises(InputError) as err:
+        parse_spec(GOOD.replace("command: [python, train.py]", f"command: {command}"), "t.yaml")
+    msg = str(err.value)
+    assert msg.startswith("t.yaml:3: field 'command':") and f"`{launcher}`" in msg
+    assert "\n" not in msg
+    if "torch" in launcher:
+        assert "launch: torchrun" in msg
+
+
+@pytest.mark.parametrize("command", ["'python train.py | tee srun.log'", "[python, train.py, --name, srun]",
+                                     "[python, srun_helpers.py]", "'echo sbatch is not run here; python t.py'"])
+def test_commands_that_only_mention_a_launcher_are_fine(command: str) -> None:
+    parse_spec(GOOD.replace("command: [python, train.py]", f"command: {command}"), "t.yaml")
+
+
+def test_torchrun_launch_takes_only_the_script() -> None:
+    text = GOOD.replace("command: [python, train.py]", "launch: torchrun\ncommand: [torchrun, train.py]")
+    with pytest.raises(InputError, match="launch: torchrun already starts one torchrun agent per node"):
+        parse_spec(text, "t.yaml")
+    spec = parse_spec(GOOD.replace("command: [python, train.py]", "launch: torchrun\ncommand: [train.py]"), "t.yaml")
+    assert spec.launch == "torchrun"
+
+
+def test_torchrun_cannot_forward_the_time_limit_checkpoint_signal() -> None:
+    text = GOOD.replace("command: [python, train.py]", "launch: torchrun\ncommand: [train.py]").replace(
+        "  max_restarts: 2", "  max_restarts: 2\n  time_limit_action: checkpoint")
+    with pytest.raises(InputError, match="field 'fault_tolerance': time_limit_action 'checkpoint' needs launch: srun"):
+        parse_spec(text, "t.yaml")
+
+
+def test_sbatch_passthrough_allows_listed_options_only() -> None:
+    spec = parse_spec(GOOD + "sbatch: {mem: 64G, constraint: 'a100&ib', exclusive: true, gres_flags: enforce-binding}\n", "t.yaml")
+    assert spec.sbatch["mem"] == "64G"
+    with pytest.raises(InputError) as err:
+        parse_spec(GOOD + "sbatch: {memory: 64G}\n", "t.yaml")
+    assert str(err.value).startswith("t.yaml:10: field 'sbatch': 'memory' is not an sbatch option")
+    assert "allowed: " in str(err.value) and "constraint" in str(err.value) and "reservation" in str(err.value)
+
+
+@pytest.mark.parametrize("extra,expected", [
+    ("sbatch: {nodes: 4}", "set by train.yaml's own field 'nodes'"),
+    ("sbatch: {output: /tmp/x}", "'output' is not an sbatch option"),
+    ("sbatch: {requeue: true}", "'requeue' is not an sbatch option"),
+    ("sbatch: {mem: true}", "'mem' needs a value"),
+    ("sbatch: {contiguous: yes-please}", "'contiguous' is a flag"),
+    ('sbatch: {constraint: "a\\nb"}', "not a valid value"),
+])
+def test_sbatch_passthrough_errors_name_the_key(extra: str, expected: str) -> None:
+    with pytest.raises(InputError, match=expected):
+        parse_spec(GOOD + extra + "\n", "t.yaml")
+
+
+def test_progress_patterns_must_compile_and_have_a_group() -> None:
+    with pytest.raises(InputError, match="is not a regular expression"):
+        parse_spec(GOOD + "progress: {patterns: ['it=(']}\n", "t.yaml")
+    with pytest.raises(InputError, match="has no group for the step number"):
+        parse_spec(GOOD + "progress: {patterns: ['it=\\d+']}\n", "t.yaml")
+
+
+def test_checkpoint_globs_are_names_inside_the_folder() -> None:
+    with pytest.raises(InputError, match=r"is not a file-name pattern inside checkpoint\.dir"):
+        parse_spec(GOOD.replace("  async: true", "  async: true\n  glob: ['../*.pt']"), "t.yaml")

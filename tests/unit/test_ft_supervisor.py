@@ -8,81 +8,15 @@ Diagnosis is the real ``slurm_acme.diagnose``.
 from __future__ import annotations
 
 import json
-import sys
-import textwrap
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
+from ft_fakes import make
 
 from slurm_acme import exitcodes
-from slurm_acme.ft.deps import Checkpoint, HealthResult
-from slurm_acme.ft.spec import parse_spec
-from slurm_acme.ft.supervisor import JobContext, Signals, Supervisor
-from slurm_acme.slurm import NodeInfo
-from slurm_acme.store import open_store
+from slurm_acme.ft.checkpoints import Checkpoint
+from slurm_acme.ft.supervisor import JobContext
+from slurm_acme.health.records import HealthReport
 from slurm_acme.store import runs as rs
-
-
-class QuietSignals(Signals):
-    def install(self) -> None:  # the test process keeps its own handlers
-        pass
-
-
-@dataclass
-class FakeSlurm:
-    timeout: float = 5.0
-
-    def show_hostnames(self, hostlist: str) -> list[str]:
-        return hostlist.split(",")
-
-    def sinfo_nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(f"node{i}", "idle") for i in range(1, 5)]
-
-
-@dataclass
-class Spawns:
-    calls: list[dict] = field(default_factory=list)
-
-    def __call__(self, job_id: str, **kw: object) -> None:
-        self.calls.append({"job_id": job_id, **kw})
-
-
-def program(tmp_path: Path, body: str) -> Path:
-    path = tmp_path / "trainer.py"
-    path.write_text("import json, os, sys, time\n"
-                    "def metric(event, step):\n"
-                    "    with open(os.environ['ACME_METRICS_FILE'], 'a') as f:\n"
-                    "        f.write(json.dumps({'step': step, 'time': time.time(), 'event': event, 'rank': 0}) + '\\n')\n"
-                    "with open('env.json', 'w') as f:\n"
-                    "    json.dump({k: v for k, v in os.environ.items() if k.startswith(('ACME_', 'MASTER_'))}, f)\n"
-                    + textwrap.dedent(body))
-    return path
-
-
-def make(tmp_path: Path, body: str, *, attempt: int = 0, ft: str = "", checkpoints=None):  # type: ignore[no-untyped-def]
-    store = open_store(f"sqlite:///{tmp_path / 'acme.db'}")
-    trainer = program(tmp_path, body)
-    spec = parse_spec(f"""\
-name: unit
-nodes: 1
-command: [{sys.executable}, {trainer}]
-checkpoint: {{dir: ckpt, interval: 5}}
-fault_tolerance: {{max_restarts: 2, health_check: none, hang_timeout: 2 {ft}}}
-""", "t.yaml")
-    if rs.get_run(store, "r1") is None:
-        rs.create_run(store, run_id="r1", name="unit", cluster="acme", user="u",
-                      spec=spec.to_json(), workdir=str(tmp_path), created_ts=0.0, job_id="42")
-    spawns = Spawns()
-    sup = Supervisor(store=store, slurm=FakeSlurm(), spec=spec,  # type: ignore[arg-type]
-                     ctx=JobContext(run_id="r1", job_id="42", attempt=attempt, nodelist="",
-                                    cluster="acme", run_dir=str(tmp_path / "run"),
-                                    workdir=str(tmp_path)),
-                     health=lambda *a, **k: HealthResult(()),
-                     checkpoints=lambda d: list(checkpoints or []),
-                     spawn=spawns, signals=QuietSignals(), poll_s=0.1, requeue_wait_s=0,
-                     log=lambda msg: None)
-    return sup, store, spawns
 
 
 @pytest.fixture(autouse=True)
@@ -189,7 +123,7 @@ def test_preflight_health_check_excludes_bad_node_before_launch(tmp_path) -> Non
 
     def health(nodes, **kw):  # type: ignore[no-untyped-def]
         checked.append(list(nodes))
-        return HealthResult(bad_nodes=("node2",), good_nodes=("node1",))
+        return HealthReport(bad_nodes=("node2",), good_nodes=("node1",), rounds=2, tests=2)
 
     sup.health = health
     assert sup.run() == exitcodes.SUPERVISOR_REQUEUE

@@ -1,0 +1,178 @@
+"""The supervisor with trainers that know nothing of slurm-acme (no metrics file).
+
+Each trainer is a real process that only prints, like an unmodified script;
+Slurm, the health check and the requeue helper are fakes (``ft_fakes``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import zipfile
+
+import pytest
+from ft_fakes import FakeSlurm, make
+
+from slurm_acme import contracts as c
+from slurm_acme import exitcodes
+from slurm_acme.ft.states import AttemptOutcome, RunState
+from slurm_acme.ft.status import run_view
+from slurm_acme.store import runs as rs
+
+PRINTS_STEPS = """\
+for s in range(1, 6):
+    print(f"step {s} loss {1.0 / s:.3f}", flush=True)
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture(autouse=True)
+def _cwd(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)
+
+
+def test_steps_printed_by_the_trainer_are_its_progress_and_status_shows_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    sup, store, _ = make(tmp_path, PRINTS_STEPS)
+    assert sup.run() == exitcodes.OK
+    attempt = rs.list_attempts(store, "r1")[0]
+    assert (attempt.outcome, attempt.last_step) == ("completed", 5)
+    steps = [json.loads(line) for line in sup.ctx.path(c.AttemptFile.PROGRESS).read_text().splitlines()]
+    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5]
+    view = run_view(store, rs.get_run(store, "r1"))
+    assert view.last_step == 5 and view.useful_s > 0 and view.goodput and view.goodput > 0
+
+
+def test_a_quiet_trainer_after_its_last_step_is_a_hang_quoting_hang_timeout(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    sup, store, _ = make(tmp_path, PRINTS_STEPS + "time.sleep(60)\n")
+    assert sup.run() == exitcodes.SUPERVISOR_REQUEUE
+    attempt = rs.list_attempts(store, "r1")[0]
+    assert attempt.outcome == "requeue" and attempt.details["hang_limit"] == "hang_timeout"
+    assert "hang_timeout 2s; last step 5" in attempt.details["reason"]
+    failure = rs.get_failures(store, [attempt.failure_id])[attempt.failure_id]
+    assert failure.category == "hang"  # not the supervisor's own kill read as a failure
+
+
+def test_silence_before_the_first_step_quotes_startup_timeout(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    sup, store, _ = make(tmp_path, "time.sleep(60)\n", ft=", startup_timeout: 1")
+    assert sup.run() == exitcodes.SUPERVISOR_REQUEUE
+    reason = rs.list_attempts(store, "r1")[0].details["reason"]
+    assert "startup_timeout 1s" in reason and "hang_timeout" not in reason
+
+
+def test_output_without_steps_is_a_heartbeat(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # prints its own format for longer than both limits, but never falls silent
+    body = ("for i in range(40):\n"
+            "    print(f'epoch-ish progress {i}', flush=True)\n"
+            "    time.sleep(0.1)\n")
+    sup, store, _ = make(tmp_path, body, ft=", hang_timeout: 3, startup_timeout: 3")
+    assert sup.run() == exitcodes.OK
+    assert rs.list_attempts(store, "r1")[0].outcome == "completed"
+
+
+def test_a_custom_step_pattern_is_used(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    body = "for i in (10, 20, 30):\n    print(f'it={i} ok', flush=True)\n"
+    sup, store, _ = make(tmp_path, body, extra=r"progress: {patterns: ['it=(\d+)']}")
+    assert sup.run() == exitcodes.OK
+    assert rs.list_attempts(store, "r1")[0].last_step == 30
+
+
+def _torch_save_like(path) -> None:  # type: ignore[no-untyped-def]
+    with zipfile.ZipFile(path, "w") as zf:  # torch.save's format: a zip archive
+        zf.writestr("archive/data.pkl", b"x")
+
+
+def test_the_newest_of_the_trainers_own_checkpoints_is_exported_and_shown(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    _torch_save_like(ckpt / "model_step_5.pt")
+    (ckpt / "step-8").mkdir()
+    (ckpt / "step-8" / "__0_0.distcp").write_bytes(b"shard")
+    (ckpt / "step-8" / ".metadata").write_bytes(b"meta")
+    (ckpt / "model_step_9.pt").write_bytes(b"PK\x03\x04 torn")  # a torn torch.save
+    sup, store, _ = make(tmp_path, "print('step 9', flush=True)\n")
+    assert sup.run() == exitcodes.OK
+    env = json.loads((tmp_path / "env.json").read_text())
+    assert env[c.ENV_RESUME_FROM] == str(ckpt / "step-8")
+    assert env[c.ENV_RESUME_STEP] == "8"
+    attempt = rs.list_attempts(store, "r1")[0]
+    assert (attempt.resumed_from_step, attempt.resumed_from) == (8, str(ckpt / "step-8"))
+    view = run_view(store, rs.get_run(store, "r1"))
+    assert view.checkpoints == [5, 8]
+    assert view.latest_checkpoint["kind"] == "dcp"
+    assert (ckpt / "model_step_5.pt").exists() and (ckpt / "model_step_9.pt").exists()
+
+
+def test_status_lists_what_is_on_disk_not_what_was_recorded(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    for step in (1, 2, 3):
+        _torch_save_like(ckpt / f"ckpt_{step}.pt")
+    sup, store, _ = make(tmp_path, "print('step 3', flush=True)\n", extra="checkpoint: {dir: ckpt, glob: ['ckpt_*.pt']}")
+    assert sup.run() == exitcodes.OK
+    assert [r.step for r in rs.list_checkpoints(store, "r1")] == [1, 2, 3]
+    (ckpt / "ckpt_1.pt").unlink()  # the trainer's own retention
+    _torch_save_like(ckpt / "ckpt_4.pt")
+    assert run_view(store, rs.get_run(store, "r1")).checkpoints == [2, 3, 4]
+
+
+TRAPS = """\
+import signal
+def on(sig, _):
+    print(f"got {signal.Signals(sig).name}", flush=True)
+    with open("signals.txt", "a") as f:
+        f.write(signal.Signals(sig).name + "\\n")
+    sys.exit(0)
+signal.signal(signal.SIGUSR2, on)
+signal.signal(signal.SIGTERM, on)
+"""
+
+
+def test_time_limit_stops_an_unmodified_trainer_with_sigterm_and_requeues(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    body = TRAPS + "for s in range(1, 400):\n    print(f'step {s}', flush=True)\n    time.sleep(0.05)\n"
+    sup, store, spawns = make(tmp_path, body, ft=", max_restarts: 0, signal_lead: 10")
+    threading.Timer(1.5, lambda: setattr(sup.signals, "usr2", True)).start()
+    assert sup.run() == exitcodes.SUPERVISOR_REQUEUE
+    attempt = rs.list_attempts(store, "r1")[0]
+    assert attempt.outcome == "time_limit" and not attempt.details["counts_as_restart"]
+    # it never wrote metrics, so it is not asked to checkpoint with a USR2 it cannot handle
+    assert (tmp_path / "signals.txt").read_text() == "SIGTERM\n"
+    assert spawns.calls[0]["mode"] == "requeue"
+
+
+def test_a_time_limit_signal_after_done_never_fails_the_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    body = (TRAPS + "metric('step', 1)\nmetric('done', 1)\n"
+            "print('saving the final model', flush=True)\ntime.sleep(2)\n")
+    sup, store, spawns = make(tmp_path, body, ft=", max_restarts: 0")
+    threading.Timer(0.8, lambda: setattr(sup.signals, "usr2", True)).start()
+    assert sup.run() == exitcodes.OK
+    assert rs.get_run(store, "r1").state == RunState.COMPLETED.value
+    assert not (tmp_path / "signals.txt").exists(), "a finished trainer must not be signalled"
+    assert spawns.calls == []
+
+
+def test_scancel_leaves_the_run_cancelled(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    body = "for s in range(1, 400):\n    print(f'step {s}', flush=True)\n    time.sleep(0.05)\n"
+    sup, store, spawns = make(tmp_path, body, slurm=FakeSlurm(job_state="CANCELLED"))
+    threading.Timer(1.0, lambda: setattr(sup.signals, "term", True)).start()
+    assert sup.run() == exitcodes.SUPERVISOR_STOP
+    attempt = rs.list_attempts(store, "r1")[0]
+    assert attempt.outcome == AttemptOutcome.CANCELLED.value and attempt.failure_id is None
+    assert rs.get_run(store, "r1").state == RunState.CANCELLED.value
+    assert spawns.calls == []
+
+
+def test_a_node_down_when_slurm_ends_the_job_is_a_node_failure(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    sup, _, _ = make(tmp_path, "", slurm=FakeSlurm(job_state="PENDING", down=("node2",)))
+    decision = sup._ended_by_slurm(["node1", "node2"])
+    assert decision.outcome is AttemptOutcome.NODE_FAIL and decision.exclude == ("node2",)
+
+
+def test_the_next_attempt_closes_a_lost_one_with_the_node_that_is_down(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    _, store, _ = make(tmp_path, "print('step 1', flush=True)\n",
+                         slurm=FakeSlurm(down=("node2",)))
+    rs.start_attempt(store, run_id="r1", attempt=0, job_id="41", nodelist="node1,node2", start_ts=1.0)
+    sup2, _, _ = make(tmp_path, "print('step 1', flush=True)\n", attempt=1,
+                      slurm=FakeSlurm(down=("node2",)))
+    assert sup2.run() == exitcodes.OK
+    first = rs.list_attempts(store, "r1")[0]
+    assert first.outcome == AttemptOutcome.NODE_FAIL.value and first.excluded == ["node2"]
