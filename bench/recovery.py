@@ -1,28 +1,40 @@
 #!/usr/bin/env python3
-"""Recovery from an infrastructure failure: ``sacme submit`` vs a plain ``sbatch --requeue``.
+"""Recovery of the user's own training script: ``sacme submit`` vs submitit vs ``sbatch --requeue``.
 
-Both runs train the same tiny GPT on 2 nodes of the local cluster; in both, the
-rank on the second node dies at step ``--fault-step`` of the first attempt with
-``NCCL error: unhandled system error`` (a transient fault: it does not recur
-on the restart, so the baseline is not penalised by landing on a bad node again).
+Every tool runs the same unmodified script, ``examples/train_plain_ddp.py`` (DDP,
+gloo, 2 nodes of the local cluster, its own ``torch.save`` checkpoints every
+``--every`` steps and its own ``--resume``; it prints ``step N loss L time T``).
+Two scenarios:
 
-* ``acme``: ``sacme submit``; the in-job supervisor diagnoses the failure,
-  excludes the node, requeues the job at once (StartTime=now) and the next
-  attempt resumes from the newest healthy asynchronous checkpoint.
-* ``baseline``: the same trainer under ``srun`` in a plain ``sbatch --requeue``
-  script. The job fails; an operator who polls ``squeue`` every
-  ``--operator-poll`` seconds (an attentive on-call, a lower bound for a
-  person) runs ``scontrol requeue``; Slurm's requeue delay applies, and the
-  script knows no checkpoint (each attempt gets a fresh checkpoint folder), so
-  training restarts from step 1.
+* ``rank``: at step ``--fault-step`` of the first run, the rank on the second
+  node prints an NCCL error and is killed (SIGKILL);
+* ``time_limit``: once the run reaches step ``--signal-step``, the time-limit
+  warning arrives (delivered now, as each tool asks Slurm for it:
+  ``scancel --batch --signal=USR2`` for sacme's ``--signal=B:USR2@lead``,
+  ``scancel --signal=USR2`` for submitit's ``--signal=USR2@delay``).
 
-Per run: ``time_to_detect_s`` (last progress before the crash -> the failure is
-known: the supervisor's decision, or the operator seeing FAILED),
-``time_to_resume_s`` (last progress before the crash -> first training step of
-the next attempt) and ``goodput`` (time spent on steps that count toward the
-final model, over wall time from the first attempt's start to the end).
+The tools, as a user would set each up:
 
-Prints one JSON object. Usage: ``python bench/recovery.py [--steps 40] [--fault-step 22]``.
+* ``sacme``: ``sacme submit`` of a train.yaml whose command passes
+  ``--resume "$ACME_RESUME_FROM"``; nothing else.
+* ``submitit`` (PyPI ``submitit``): its ``Checkpointable`` requeue pattern: a
+  callable that resumes from the newest of the script's checkpoints and whose
+  ``checkpoint()`` asks for a requeue with the same arguments; 2 nodes x 1 task,
+  ``TorchDistributedEnvironment`` for the rendezvous. submitit requeues on the
+  time-limit signal; an application crash ends the job.
+* ``requeue``: the script under ``srun`` in a plain ``sbatch --requeue`` script
+  that resumes from the newest checkpoint; an operator polls ``squeue`` every
+  ``--operator-poll`` seconds (an attentive on-call: a lower bound for a
+  person) and runs ``scontrol requeue`` when the job failed. Slurm's requeue
+  delay applies.
+
+Per tool and scenario: ``recovered``; ``resume_s``, from the last good step
+before the failure to the first resumed step; ``steps_lost``, steps trained
+after the checkpoint it resumed from; ``goodput``, time of the steps that count
+toward the final model (the last execution of each) over wall time from
+submit to the last step. Prints one JSON object.
+
+Usage: ``python bench/recovery.py [--scenarios rank,time_limit] [--tools sacme,submitit,requeue]``.
 Needs the local cluster (``sbin/acme-cluster up``) and ``SLURM_CONF``.
 """
 
@@ -31,136 +43,261 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import runpy
 import shlex
+import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from slurm_acme.ft.metrics import read_records, useful_seconds
-from slurm_acme.slurm import JobState, Slurm
+from slurm_acme.slurm import JobState, Slurm, run_slurm
 
-TRAINER = REPO / "examples" / "train_tiny_gpt.py"
-TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--batch-size", "4", "--seq-len", "32"]
-
-
-def trainer_args(steps: int, interval: int) -> list[str]:
-    return [sys.executable, str(TRAINER), "--steps", str(steps), "--ckpt-interval", str(interval), *TINY]
+SCRIPT = REPO / "examples" / "train_plain_ddp.py"
+FAULT_MESSAGE = "RuntimeError: NCCL error: unhandled system error, NCCL version 2.21.5"
+_STEP = re.compile(r"(?:^|\s)step (\d+) loss \S+ time ([0-9.]+)")
+_RESUMED = re.compile(r"resumed from \S+ at step (\d+)")
 
 
-def fault(step: int) -> str:
-    return f"raise:step={step},rank=1,attempt=0,message=NCCL error: unhandled system error"
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
 
 
-def sacme(db: str, *args: str, cwd: Path) -> str:
-    return subprocess.run([sys.executable, "-m", "slurm_acme", "--db", db, *args], cwd=cwd,
-                          check=True, capture_output=True, text=True, timeout=120).stdout
+def script_args(args: argparse.Namespace, scenario: str, ckpt: Path) -> list[str]:
+    argv = ["--steps", str(args.steps), "--ckpt-every", str(args.every), "--ckpt-dir", str(ckpt),
+            "--step-seconds", str(args.step_seconds)]
+    if scenario == "rank":
+        argv += ["--simulate-failure", f"{args.fault_step}:{FAULT_MESSAGE}"]
+    return argv
 
 
-def recovery_times(before: list[dict], after: list[dict], known_ts: float) -> dict:
-    """Detect/resume latencies from the failed attempt's and the next attempt's metrics."""
-    last_progress = max(r["time"] for r in before if r.get("event") in ("step", "checkpoint", "resume"))
-    first_step = min(r["time"] for r in after if r.get("event") == "step")
-    return {"time_to_detect_s": round(known_ts - last_progress, 2),
-            "time_to_resume_s": round(first_step - last_progress, 2)}
+def newest_checkpoint(ckpt: Path) -> str:
+    files = sorted(ckpt.glob("ckpt_step_*.pt"))
+    return str(files[-1]) if files else ""
 
 
-def run_acme(work: Path, args: argparse.Namespace) -> dict:
+# ------------------------------------------------------------------ reading runs
+
+def runs_in(text: str) -> list[dict]:
+    """The runs (attempts) in a log: each a list of (step, time) and the step it resumed from."""
+    runs: list[dict] = [{"resumed": None, "steps": []}]
+    for line in text.splitlines():
+        resumed = _RESUMED.search(line)
+        if resumed and (runs[-1]["steps"] or runs[-1]["resumed"] is not None):
+            runs.append({"resumed": int(resumed.group(1)), "steps": []})
+        elif resumed:
+            runs[-1]["resumed"] = int(resumed.group(1))
+        step = _STEP.search(line)
+        if step:
+            runs[-1]["steps"].append((int(step.group(1)), float(step.group(2))))
+    return [r for r in runs if r["steps"] or r["resumed"] is not None]
+
+
+def measure(runs: list[dict], *, submitted: float, steps: int) -> dict:
+    """resume_s, steps_lost and goodput from the runs of one job (see the module docstring)."""
+    out: dict = {"attempts": len(runs)}
+    done = bool(runs) and bool(runs[-1]["steps"]) and runs[-1]["steps"][-1][0] == steps
+    out["recovered"] = done and len(runs) > 1
+    out["completed"] = done
+    gaps = [b[1] - a[1] for r in runs for a, b in zip(r["steps"], r["steps"][1:], strict=False)]
+    typical = statistics.median(gaps) if gaps else 0.0
+    final: dict[int, float] = {}
+    for r in runs:
+        previous = None
+        for step, ts in r["steps"]:
+            final[step] = ts - previous if previous is not None else typical
+            previous = ts
+    if len(runs) > 1 and runs[0]["steps"]:
+        last_good, last_ts = runs[0]["steps"][-1]
+        resumed_from = runs[1]["resumed"] or 0
+        first = runs[1]["steps"][0][1] if runs[1]["steps"] else None
+        out["resume_s"] = round(first - last_ts, 2) if first is not None else None
+        out["steps_lost"] = last_good - resumed_from
+    if done:
+        wall = runs[-1]["steps"][-1][1] - submitted
+        out["goodput"] = round(sum(final.values()) / wall, 3) if wall > 0 else None
+    return out
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def reached(log: Callable[[], str], step: int) -> bool:
+    runs = runs_in(log())
+    return bool(runs) and any(s >= step for s, _ in runs[0]["steps"])
+
+
+def read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+# ------------------------------------------------------------------ sacme
+
+def run_sacme(work: Path, scenario: str, args: argparse.Namespace) -> dict:
     import yaml
 
     db = f"sqlite:///{work / 'acme.db'}"
-    spec = {"name": "bench-recovery-acme", "nodes": 2, "time": "00:20:00",
-            "command": trainer_args(args.steps, args.interval), "env": {"ACME_FAULTS": fault(args.fault_step)},
-            "checkpoint": {"dir": "ckpt", "interval": args.interval},
+    ckpt = work / "ckpt"
+    command = shlex.join([sys.executable, str(SCRIPT), *script_args(args, scenario, ckpt)])
+    spec = {"name": f"bench-recovery-sacme-{scenario}", "nodes": 2, "time": "00:20:00",
+            "command": command + ' --resume "${ACME_RESUME_FROM:-}"',
+            "env": {"OMP_NUM_THREADS": "1"}, "checkpoint": {"dir": str(ckpt)},
             "fault_tolerance": {"max_restarts": 2, "health_check": args.health_check,
-                                "hang_timeout": 300}}
+                                "hang_timeout": 300, "signal_lead": 60}}
     (work / "train.yaml").write_text(yaml.safe_dump(spec))
-    t0 = time.time()
-    out = json.loads(sacme(db, "submit", "train.yaml", "--json", cwd=work))
+    sacme = [sys.executable, "-m", "slurm_acme", "--db", db]
+    submitted = time.time()
+    out = json.loads(subprocess.run([*sacme, "submit", "train.yaml", "--json"], cwd=work, check=True,
+                                    capture_output=True, text=True, timeout=120).stdout)
     run_id, job_id = out["run_id"], out["job_id"]
-    deadline = time.time() + args.timeout
-    view: dict = {}
-    while time.time() < deadline:
-        view = json.loads(sacme(db, "status", run_id, "--json", cwd=work))
-        if view["state"] in ("COMPLETED", "STOPPED"):
-            break
-        time.sleep(2)
-    else:
-        Slurm().scancel([job_id])
-        raise SystemExit(f"acme run {run_id} did not finish in {args.timeout}s")
-    attempts = view["attempts"]
     run_dir = work / "acme-runs" / run_id
-    files = [run_dir / f"attempt-{a['attempt']}-{a['job_id']}.metrics.jsonl" for a in attempts]
-    useful, _ = useful_seconds(files)
-    wall = attempts[-1]["end_ts"] - attempts[0]["start_ts"]
-    result = {"state": view["state"], "attempts": len(attempts), "submitted_to_done_s": round(time.time() - t0, 1),
-              "wall_s": round(wall, 2), "useful_s": round(useful, 2),
-              "goodput": round(useful / wall, 3), "excluded": view["excluded_nodes"],
-              "resumed_from_step": attempts[-1]["resumed_from_step"]}
-    if len(attempts) >= 2:
-        result.update(recovery_times(read_records(files[0]), read_records(files[1]), attempts[0]["end_ts"]))
-    return result
+
+    def log() -> str:
+        return "".join(read(p) for p in sorted(run_dir.glob("attempt-*.log"),
+                                               key=lambda p: int(p.name.split("-")[1])))
+
+    def state() -> str:
+        view = subprocess.run([*sacme, "status", run_id, "--json"], capture_output=True, text=True,
+                              timeout=120, check=True).stdout
+        return json.loads(view)["state"]
+
+    try:
+        if scenario == "time_limit":
+            wait_for(lambda: reached(log, args.signal_step), args.timeout, "the signal step")
+            run_slurm(["scancel", "--batch", "--signal=USR2", job_id], timeout=30)
+        wait_for(lambda: state() in ("COMPLETED", "STOPPED", "CANCELLED"), args.timeout, "the run")
+    finally:
+        Slurm().scancel([job_id])
+    return {"tool": "sacme", **measure(runs_in(log()), submitted=submitted, steps=args.steps)}
 
 
-BASELINE_SCRIPT = """#!/bin/bash
-# What a person would submit: srun the trainer, let Slurm requeue on request.
-n=${{SLURM_RESTART_COUNT:-0}}
-export ACME_METRICS_FILE={work}/metrics.$n.jsonl
-export ACME_CKPT_DIR={work}/ckpt-$n
-export ACME_FAULTS={faults}
-export MASTER_ADDR=127.0.0.1
-export MASTER_PORT=$((30000 + (SLURM_JOB_ID * 7 + n) % 20000))
-srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 {argv}
+# ------------------------------------------------------------------ submitit
+
+def _submitit_callable(script: str, argv: list[str], ckpt: str):  # type: ignore[no-untyped-def]
+    import submitit
+
+    class Train(submitit.helpers.Checkpointable):
+        """Resume from the newest of the script's own checkpoints, run it, requeue on timeout."""
+
+        def __init__(self, script: str, argv: list[str], ckpt: str) -> None:
+            self.script, self.argv, self.ckpt = script, argv, ckpt
+
+        def __call__(self) -> int:
+            submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+            sys.argv = [self.script, *self.argv, "--resume", newest_checkpoint(Path(self.ckpt))]
+            try:
+                runpy.run_path(self.script, run_name="__main__")
+            except SystemExit as exc:
+                if exc.code not in (0, None):
+                    raise
+            return 0
+
+    return Train(script, argv, ckpt)
+
+
+def run_submitit(work: Path, scenario: str, args: argparse.Namespace) -> dict:
+    import submitit
+
+    ckpt = work / "ckpt"
+    executor = submitit.AutoExecutor(folder=str(work / "submitit"), cluster="slurm")
+    executor.update_parameters(nodes=2, tasks_per_node=1, cpus_per_task=1, timeout_min=20,
+                               slurm_signal_delay_s=60, slurm_setup=[
+                                   f"export MASTER_PORT={free_port()}", "export OMP_NUM_THREADS=1"],
+                               name=f"bench-recovery-submitit-{scenario}")
+    submitted = time.time()
+    job = executor.submit(_submitit_callable(str(SCRIPT), script_args(args, scenario, ckpt), str(ckpt)))
+    slurm = Slurm(timeout=60)
+
+    def log() -> str:
+        return read(Path(str(job.paths.stdout).replace("%t", "0")))
+
+    try:
+        if scenario == "time_limit":
+            wait_for(lambda: reached(log, args.signal_step), args.timeout, "the signal step")
+            run_slurm(["scancel", "--signal=USR2", job.job_id], timeout=30)  # job._interrupt(timeout=True)
+        wait_for(lambda: slurm.show_job(job.job_id).state.is_terminal(), args.timeout, "the job")
+    finally:
+        slurm.scancel([job.job_id])
+    return {"tool": "submitit", "final_state": slurm.show_job(job.job_id).state.value,
+            **measure(runs_in(log()), submitted=submitted, steps=args.steps)}
+
+
+# ------------------------------------------------------------------ plain requeue
+
+REQUEUE_SCRIPT = """#!/bin/bash
+# What a person submits: srun the script, resume from its newest checkpoint, --requeue.
+export OMP_NUM_THREADS=1 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)
+export MASTER_PORT={port}
+resume=$(ls {ckpt}/ckpt_step_*.pt 2>/dev/null | sort | tail -1)
+srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 {argv} --resume "$resume"
 """
 
 
-def run_baseline(work: Path, args: argparse.Namespace) -> dict:
+def run_requeue(work: Path, scenario: str, args: argparse.Namespace) -> dict:
     slurm = Slurm(timeout=60)
-    script = BASELINE_SCRIPT.format(work=shlex.quote(str(work)), faults=shlex.quote(fault(args.fault_step)),
-                                    argv=shlex.join(trainer_args(args.steps, args.interval)))
-    first_start = time.time()
-    job_id = slurm.sbatch(["--job-name=bench-recovery-baseline", "--nodes=2", "--ntasks-per-node=1",
-                           "--requeue", "--time=00:20:00", f"--output={work}/slurm-%j.out",
-                           "--open-mode=append", f"--chdir={work}"], script)
-    deadline = time.time() + args.timeout
-    failed_seen = None
+    ckpt = work / "ckpt"
+    script = REQUEUE_SCRIPT.format(port=free_port(), ckpt=shlex.quote(str(ckpt)),
+                                   argv=shlex.join([sys.executable, str(SCRIPT),
+                                                    *script_args(args, scenario, ckpt)]))
+    submitted = time.time()
+    job_id = slurm.sbatch([f"--job-name=bench-recovery-requeue-{scenario}", "--nodes=2",
+                           "--ntasks-per-node=1", "--requeue", "--time=00:20:00",
+                           f"--output={work}/slurm-%j.out", "--open-mode=append",
+                           f"--chdir={work}"], script)
+    output = work / f"slurm-{job_id}.out"
     requeues = 0
-    while time.time() < deadline:
-        job = slurm.show_job(job_id)
-        if job.state is JobState.COMPLETED:
-            break
-        if job.state.is_terminal():
-            if failed_seen is None:
-                failed_seen = time.time()
-            if requeues >= 2:
-                raise SystemExit(f"baseline job {job_id} failed again: {job.state.value}")
-            slurm.requeue(job_id)  # the operator restarts it by hand
-            requeues += 1
-        time.sleep(args.operator_poll)
-    else:
+    deadline = time.monotonic() + args.timeout
+    try:
+        while time.monotonic() < deadline:
+            job = slurm.show_job(job_id)
+            if job.state is JobState.COMPLETED:
+                break
+            if job.state.is_terminal():
+                if requeues >= 2:
+                    break
+                slurm.requeue(job_id)  # the operator restarts it by hand
+                requeues += 1
+            time.sleep(args.operator_poll)
+    finally:
         slurm.scancel([job_id])
-        raise SystemExit(f"baseline job {job_id} did not finish in {args.timeout}s")
-    files = [work / f"metrics.{n}.jsonl" for n in range(requeues + 1)]
-    useful, _ = useful_seconds(files)
-    end = max(r["time"] for r in read_records(files[-1]))
-    start = min((r["time"] for r in read_records(files[0])), default=first_start)
-    wall = end - min(start, first_start)
-    result = {"state": "COMPLETED", "attempts": requeues + 1, "wall_s": round(wall, 2),
-              "useful_s": round(useful, 2), "goodput": round(useful / wall, 3)}
-    if requeues and failed_seen is not None:
-        result.update(recovery_times(read_records(files[0]), read_records(files[1]), failed_seen))
-    return result
+    return {"tool": "requeue", "operator_poll_s": args.operator_poll,
+            **measure(runs_in(read(output)), submitted=submitted, steps=args.steps)}
+
+
+TOOLS: dict[str, Callable[[Path, str, argparse.Namespace], dict]] = {
+    "sacme": run_sacme, "submitit": run_submitit, "requeue": run_requeue}
+#: The plain requeue has no time-limit handling: the job ends TIMEOUT like a crash.
+SKIP = {("requeue", "time_limit")}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--scenarios", default="rank,time_limit")
+    p.add_argument("--tools", default="sacme,submitit,requeue")
     p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--interval", type=int, default=5)
+    p.add_argument("--every", type=int, default=5)
+    p.add_argument("--step-seconds", type=float, default=0.3)
     p.add_argument("--fault-step", type=int, default=22)
+    p.add_argument("--signal-step", type=int, default=22)
     p.add_argument("--operator-poll", type=float, default=5.0)
     p.add_argument("--health-check", choices=("none", "allgather"), default="none")
     p.add_argument("--timeout", type=float, default=600)
@@ -169,26 +306,24 @@ def main() -> int:
     if not os.environ.get("SLURM_CONF"):
         raise SystemExit("set SLURM_CONF (eval \"$(sbin/acme-cluster env)\")")
     root = Path(args.dir or tempfile.mkdtemp(prefix="acme-bench-recovery-"))
-    (root / "acme").mkdir(parents=True, exist_ok=True)
-    (root / "baseline").mkdir(parents=True, exist_ok=True)
-    acme = run_acme(root / "acme", args)
-    base = run_baseline(root / "baseline", args)
-    out = {
-        "scenario": f"2 nodes, {args.steps} steps, checkpoint every {args.interval}, "
-                    f"NCCL error on rank 1 at step {args.fault_step}",
-        "time_to_detect_s": acme.get("time_to_detect_s"),
-        "time_to_resume_s": acme.get("time_to_resume_s"),
-        "goodput": acme["goodput"],
-        "baseline_time_to_detect_s": base.get("time_to_detect_s"),
-        "baseline_time_to_resume_s": base.get("time_to_resume_s"),
-        "baseline_goodput": base["goodput"],
-        "resume_speedup": (round(base["time_to_resume_s"] / acme["time_to_resume_s"], 2)
-                           if acme.get("time_to_resume_s") and base.get("time_to_resume_s") else None),
-        "operator_poll_s": args.operator_poll,
-        "acme": acme,
-        "baseline": base,
-    }
-    print(json.dumps(out))
+    results: dict[str, dict[str, dict]] = {}
+    for scenario in args.scenarios.split(","):
+        for tool in args.tools.split(","):
+            if (tool, scenario) in SKIP:
+                continue
+            work = root / scenario / tool
+            work.mkdir(parents=True, exist_ok=True)
+            try:
+                results.setdefault(scenario, {})[tool] = TOOLS[tool](work, scenario, args)
+            except (TimeoutError, subprocess.CalledProcessError) as exc:
+                results.setdefault(scenario, {})[tool] = {"tool": tool, "error": str(exc)[-300:]}
+            print(f"{scenario}/{tool}: {json.dumps(results[scenario][tool])}", file=sys.stderr)
+    print(json.dumps({
+        "script": "examples/train_plain_ddp.py (unmodified), 2 nodes, gloo",
+        "steps": args.steps, "checkpoint_every": args.every, "step_seconds": args.step_seconds,
+        "fault": f"rank on node 2 killed at step {args.fault_step} after an NCCL error",
+        "time_limit": f"warning signal at step {args.signal_step}",
+        "results": results, "dir": str(root)}))
     return 0
 
 

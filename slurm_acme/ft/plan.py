@@ -45,6 +45,9 @@ class SubmitPlan:
     db_url: str
     sbatch_options: tuple[str, ...]
     script: str
+    #: The training step the supervisor starts in each attempt (``<nodeN>``: the
+    #: allocation's nodes; the rendezvous address and port are picked at launch).
+    training_step: tuple[str, ...] = ()
 
     @property
     def sbatch_argv(self) -> tuple[str, ...]:
@@ -54,7 +57,9 @@ class SubmitPlan:
     def render(self) -> str:
         """What ``--dry-run`` prints: the argv (shell-quoted, to copy) and the script."""
         return (f"# run {self.run_id}\n# argv (script on stdin):\n"
-                f"{shlex.join(self.sbatch_argv)}\n# script:\n{self.script}")
+                f"{shlex.join(self.sbatch_argv)}\n# script:\n{self.script}"
+                f"# training step, started by the supervisor in each attempt:\n"
+                f"{shlex.join(self.training_step)}\n")
 
 
 def sbatch_options(spec: TrainSpec, *, run_id: str, workdir: str, run_dir: str) -> tuple[str, ...]:
@@ -116,4 +121,12 @@ def build_plan(spec: TrainSpec, *, spec_path: str, db_url: str, run_id: str | No
                       run_dir=run_dir, db_url=db_url,
                       sbatch_options=sbatch_options(spec, run_id=run_id, workdir=workdir,
                                                     run_dir=run_dir),
-                      script=script)
+                      script=script, training_step=training_step(spec))
+
+
+def training_step(spec: TrainSpec) -> tuple[str, ...]:
+    """The training step's srun argv, with placeholders for what only the job knows."""
+    from slurm_acme.ft.launch import srun_argv
+
+    nodes = [f"<node{i}>" for i in range(1, spec.nodes + 1)]
+    return srun_argv(spec, nodes, endpoint="<node1>:<port>", run_id="<run>-<attempt>")

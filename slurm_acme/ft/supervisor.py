@@ -45,6 +45,7 @@ from slurm_acme.ft.watch import Signals, StepWatch
 from slurm_acme.health.records import HealthReport
 from slurm_acme.slurm import JobState, Slurm, SlurmError, start_step, step_env
 from slurm_acme.store import Store
+from slurm_acme.store import failures as failure_store
 from slurm_acme.store import runs as run_store
 
 __all__ = ["JobContext", "Signals", "Supervisor", "health_check"]
@@ -414,12 +415,10 @@ class Supervisor:
                         ) -> int | None:
         if diagnosis is None:
             return None
-        d = diagnosis
-        return run_store.record_failure(
-            self.store, cluster=self.ctx.cluster, job_id=job_id, run_id=self.ctx.run_id,
-            attempt=attempt, ts=ts, category=d.category, origin=d.origin, action=d.action,
-            node=d.node, rule_id=d.rule_id, confidence=d.confidence, evidence=list(d.evidence),
-            source=d.source, gpus=gpus, time_to_failure_s=ts - since, log_path=log_path)
+        return failure_store.record_failure(
+            self.store, diagnosis, cluster=self.ctx.cluster, job_id=job_id,
+            run_id=self.ctx.run_id, attempt=attempt, ts=ts, gpus=gpus,
+            time_to_failure_s=ts - since, log_path=log_path)
 
     def _sync_checkpoints(self) -> list[Checkpoint]:
         """Record the checkpoints on disk now; forget those retention deleted."""

@@ -64,10 +64,7 @@ def make_diagnoser(rule_files: Sequence[str], task_nodes: Mapping[int, str] | No
                    ) -> StreamingDiagnoser:
     """The live diagnoser of one step, told the step's task layout (rank -> node)."""
     rulebook = RuleBook.load(list(rule_files)) if rule_files else None
-    try:
-        return StreamingDiagnoser(rulebook, task_nodes=task_nodes)  # type: ignore[call-arg]
-    except TypeError:  # until diagnose takes ``task_nodes`` (issue 13 item 7): lines carry nodes
-        return StreamingDiagnoser(rulebook)
+    return StreamingDiagnoser(rulebook, task_nodes=task_nodes)
 
 
 @dataclass

@@ -157,7 +157,7 @@ def test_sbatch_passthrough_allows_listed_options_only() -> None:
     ("sbatch: {requeue: true}", "'requeue' is not an sbatch option"),
     ("sbatch: {mem: true}", "'mem' needs a value"),
     ("sbatch: {contiguous: yes-please}", "'contiguous' is a flag"),
-    ('sbatch: {constraint: "a\\nb"}', "not a valid value"),
+    ('sbatch: {constraint: "a\\nb"}', "control character"),
 ])
 def test_sbatch_passthrough_errors_name_the_key(extra: str, expected: str) -> None:
     with pytest.raises(InputError, match=expected):
