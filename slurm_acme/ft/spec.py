@@ -19,6 +19,7 @@ import itertools
 import json
 import re
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -366,7 +367,7 @@ def _node_line(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: Mapping[str, Any]) -> str:
     loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p in {"str", "list[str]"}))
     field = ".".join(str(p) for p in loc) or "(top level)"
     if error["type"] == "extra_forbidden":
@@ -407,13 +408,14 @@ def _refuse_aliases(text: str, source: str) -> None:
     stream is read lazily and stops at the first offence, so the cost stays bounded."""
     depth = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        line = event.start_mark.line + 1 if event.start_mark is not None else "?"
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            raise InputError(f"{source}:{event.start_mark.line + 1}: YAML anchors and aliases "
+            raise InputError(f"{source}:{line}: YAML anchors and aliases "
                              f"are not allowed in a spec")
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_SPEC_DEPTH:
-                raise InputError(f"{source}:{event.start_mark.line + 1}: nested deeper than "
+                raise InputError(f"{source}:{line}: nested deeper than "
                                  f"{MAX_SPEC_DEPTH} levels; not a train.yaml")
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1

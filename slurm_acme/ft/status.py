@@ -85,12 +85,20 @@ def step_files(run: run_store.RunRow, attempts: list[run_store.AttemptRow]) -> l
     return out
 
 
-def reconcile(store: Store, run: run_store.RunRow, slurm: Slurm | None) -> run_store.RunRow:
-    """A run the store thinks is alive whose job Slurm says was cancelled is CANCELLED.
+#: Job states after which Slurm starts no new attempt by itself (NODE_FAIL and PREEMPTED
+#: are left out: Slurm may still requeue those).
+_FINAL = frozenset({JobState.FAILED, JobState.COMPLETED, JobState.TIMEOUT, JobState.OUT_OF_MEMORY,
+                    JobState.BOOT_FAIL, JobState.DEADLINE})
 
-    The supervisor records a scancel itself; this covers a supervisor killed before it
-    could (Slurm's KillWait ran out). Only CANCELLED is concluded: a job between a node
-    failure and Slurm's requeue looks ended for a moment too.
+
+def reconcile(store: Store, run: run_store.RunRow, slurm: Slurm | None) -> run_store.RunRow:
+    """A run the store thinks is alive whose job Slurm says ended gets the state it has.
+
+    The supervisor records scancel and every decision itself; this covers a
+    supervisor that never got to (killed when Slurm's KillWait ran out, or one that
+    could not start): a cancelled job's run is CANCELLED; a job that ended while its
+    run was PENDING or RUNNING (not REQUEUED: a requeue passes through ended-looking
+    states) left no decision, so its run is STOPPED, with the job's log named.
     """
     state = RunState.parse(run.state)
     if slurm is None or state.is_terminal() or not run.last_job_id:
@@ -99,10 +107,15 @@ def reconcile(store: Store, run: run_store.RunRow, slurm: Slurm | None) -> run_s
         job = slurm.show_job(run.last_job_id)
     except (JobNotFound, SlurmError):
         return run
-    if job.state is not JobState.CANCELLED:
+    if job.state is JobState.CANCELLED:
+        new, reason = RunState.CANCELLED, "cancelled (scancel); recorded by sacme status"
+    elif job.state in _FINAL and state in (RunState.PENDING, RunState.RUNNING):
+        log = Path(run_dir_for(run.workdir or ".", run.run_id)) / f"slurm-{run.last_job_id}.out"
+        new, reason = RunState.STOPPED, (f"job {run.last_job_id} ended {job.state.value} without a "
+                                         f"decision by the supervisor; see {log}")
+    else:
         return run
-    reason = "cancelled (scancel); recorded by sacme status"
-    run_store.update_run(store, run.run_id, state=RunState.CANCELLED.value, reason=reason)
+    run_store.update_run(store, run.run_id, state=new.value, reason=reason)
     return run_store.get_run(store, run.run_id) or run
 
 

@@ -16,6 +16,7 @@ from slurm_acme.access import current_viewer
 from slurm_acme.errors import InputError
 from slurm_acme.files import make_private_dirs, remove_created
 from slurm_acme.ft.plan import SubmitPlan
+from slurm_acme.ft.states import RunState
 from slurm_acme.slurm import NodeInfo, Slurm
 from slurm_acme.store import Store
 from slurm_acme.store import runs as run_store
@@ -46,7 +47,7 @@ def submit_plan(plan: SubmitPlan, *, slurm: Slurm, store: Store, cluster: str,
         created += make_private_dirs(Path(plan.workdir) / Path(plan.spec.checkpoint.dir).expanduser(), group)
         run_store.create_run(store, run_id=plan.run_id, name=plan.spec.name, cluster=cluster,
                              user=current_viewer().name, spec=plan.spec.to_json(), workdir=plan.workdir,
-                             created_ts=time.time(), state="SUBMITTING")
+                             created_ts=time.time(), state=RunState.SUBMITTING.value)
         recorded = True
         job_id = slurm.sbatch(plan.sbatch_options, plan.script)
     except BaseException:
@@ -54,5 +55,5 @@ def submit_plan(plan: SubmitPlan, *, slurm: Slurm, store: Store, cluster: str,
             run_store.delete_run(store, plan.run_id)
         remove_created(created)
         raise
-    run_store.update_run(store, plan.run_id, state="PENDING", last_job_id=job_id)
+    run_store.update_run(store, plan.run_id, state=RunState.PENDING.value, last_job_id=job_id)
     return job_id

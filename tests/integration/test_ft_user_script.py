@@ -109,8 +109,7 @@ def test_b_the_same_under_torchrun_one_agent_per_node(slurm_cluster, slurm) -> N
     view = wait_run(db, run_id, job_id, slurm, timeout=420)
     _assert_rank_failure_recovered(view, folder, run_id, 20)
     log = (run_dir(folder, run_id) / f"attempt-0-{job_id}.log").read_text()
-    assert "--rdzv-backend" not in log or True  # the agents' own lines are in the log
-    assert "Root Cause" in log or "ChildFailedError" in log  # torchelastic's summary
+    assert "Root Cause (first observed failure)" in log  # torchelastic's summary reached the log
 
 
 def test_c_a_dcp_checkpoint_resumes_at_another_world_size(slurm_cluster, slurm) -> None:  # type: ignore[no-untyped-def]

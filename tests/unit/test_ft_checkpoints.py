@@ -70,3 +70,17 @@ def test_dcp_folders_one_level_down_and_globs_limit_torch_files(tmp_path) -> Non
 
 def test_a_missing_folder_has_no_checkpoints(tmp_path) -> None:  # type: ignore[no-untyped-def]
     assert find_checkpoints(tmp_path / "nope", DEFAULT_CHECKPOINT_GLOBS) == []
+
+
+def test_retention_never_deletes_the_trainers_own_checkpoints(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from slurm_acme.ckpt.retention import prune
+
+    _zip(tmp_path / "ckpt_step_000001.pt")
+    _dcp(tmp_path / "step-2")
+    (tmp_path / "checkpoint-3").mkdir()
+    _zip(tmp_path / "checkpoint-3" / "pytorch_model.bin")
+    for step in (10, 20, 30):
+        _acme(tmp_path, step)
+    prune(tmp_path, keep=1)
+    found = find_checkpoints(tmp_path, DEFAULT_CHECKPOINT_GLOBS)
+    assert [(c.step, c.kind) for c in found] == [(1, "torch"), (2, "dcp"), (3, "torch"), (30, "acme")]

@@ -176,3 +176,22 @@ def test_the_next_attempt_closes_a_lost_one_with_the_node_that_is_down(tmp_path)
     assert sup2.run() == exitcodes.OK
     first = rs.list_attempts(store, "r1")[0]
     assert first.outcome == AttemptOutcome.NODE_FAIL.value and first.excluded == ["node2"]
+
+
+@pytest.mark.parametrize("run_state,job_state,expected", [
+    ("RUNNING", "CANCELLED", "CANCELLED"),
+    ("REQUEUED", "CANCELLED", "CANCELLED"),
+    ("PENDING", "FAILED", "STOPPED"),      # the supervisor could not even start
+    ("RUNNING", "COMPLETED", "STOPPED"),   # ... or died without a decision
+    ("REQUEUED", "COMPLETED", "REQUEUED"),  # a requeue passes through ended-looking states
+    ("RUNNING", "NODE_FAIL", "RUNNING"),   # Slurm may still requeue it
+    ("COMPLETED", "CANCELLED", "COMPLETED"),
+])
+def test_status_reconciles_a_run_whose_job_ended_without_a_decision(
+        tmp_path, run_state, job_state, expected) -> None:  # type: ignore[no-untyped-def]
+    _, store, _ = make(tmp_path, "")
+    rs.update_run(store, "r1", state=run_state)
+    view = run_view(store, rs.get_run(store, "r1"), FakeSlurm(job_state=job_state))  # type: ignore[arg-type]
+    assert view.state == expected
+    if expected == "STOPPED":
+        assert "without a decision by the supervisor" in view.reason and "slurm-42.out" in view.reason
