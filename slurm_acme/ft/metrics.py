@@ -17,6 +17,8 @@ from slurm_acme.contracts import PROGRESS_EVENTS, ROLLBACK_EVENTS, MetricEvent, 
 
 @dataclass
 class MetricsTail:
+    """The metrics file read as it grows: each :meth:`poll` reads only the new, complete lines."""
+
     path: Path
     last_step: int | None = None
     #: Metric records read so far: a trainer that writes any speaks the contract.

@@ -37,6 +37,8 @@ def run_dir_for(workdir: str, run_id: str) -> str:
 
 @dataclass(frozen=True)
 class SubmitPlan:
+    """Everything ``sacme submit`` will do, decided before anything is done (``--dry-run``)."""
+
     run_id: str
     spec: TrainSpec
     spec_path: str

@@ -60,6 +60,8 @@ class AttemptEnd:
 
 @dataclass(frozen=True)
 class Decision:
+    """What the supervisor does after an attempt, and why (recorded before it acts)."""
+
     outcome: AttemptOutcome
     reason: str
     exclude: tuple[str, ...] = ()

@@ -72,6 +72,8 @@ DEFAULT_CHECKPOINT_GLOBS = ("*.pt", "*.pth", "*.ckpt", "checkpoint-*", "checkpoi
 
 
 class CheckpointSpec(_Section):
+    """``checkpoint:``: where the trainer's checkpoints are, and how ours are written."""
+
     dir: str = Field(description="where the trainer writes checkpoints (shared by all nodes)")
     interval: int = Field(default=100, ge=1, description="steps between checkpoints")
     keep: int = Field(default=3, ge=1, description="checkpoints kept on disk")
@@ -116,6 +118,8 @@ class ProgressSpec(_Section):
 
 
 class LossSpikeSpec(_Section):
+    """``fault_tolerance.loss_spike:``: the guard that rolls back past a spiking loss."""
+
     enabled: bool = True
     #: A loss above ``ratio`` x its moving average is a spike.
     ratio: float = Field(default=3.0, gt=1)
@@ -125,6 +129,8 @@ class LossSpikeSpec(_Section):
 
 
 class FaultToleranceSpec(_Section):
+    """``fault_tolerance:``: restart caps, hang limits, health checks, the time-limit signal."""
+
     max_restarts: int = Field(default=3, ge=0)
     health_check: Literal["allgather", "none"] = "allgather"
     #: Seconds without a new training step before the job counts as hung.
@@ -150,6 +156,8 @@ class FaultToleranceSpec(_Section):
 
 
 class DiagnosisSpec(_Section):
+    """``diagnosis:``: site rule files on top of the shipped rule book; the optional LLM."""
+
     rules: list[str] = Field(default_factory=list, description="extra rule files")
     llm: bool = False
 
@@ -160,6 +168,8 @@ _TORCH_RUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
 
 class TrainSpec(_Section):
+    """A whole train.yaml (see docs/training.md for every key)."""
+
     name: str = Field(min_length=1)
     nodes: int = Field(ge=1)
     gpus_per_node: int = Field(default=0, ge=0)

@@ -28,6 +28,8 @@ from slurm_acme.store import runs as run_store
 
 @dataclass(frozen=True)
 class AttemptView:
+    """One attempt as ``sacme status`` shows it."""
+
     attempt: int
     job_id: str
     nodes: str
@@ -46,6 +48,8 @@ class AttemptView:
 
 @dataclass(frozen=True)
 class RunView:
+    """A run as ``sacme status`` shows it (``--json`` prints it whole)."""
+
     run_id: str
     name: str
     state: str

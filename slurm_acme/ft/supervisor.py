@@ -20,6 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 from slurm_acme.contracts import REQUEUE_HELPER_LOG, AttemptFile, attempt_file
@@ -99,6 +100,9 @@ def _counts_as_restart(a: run_store.AttemptRow) -> bool:
 
 @dataclass
 class Supervisor:
+    """One attempt of a run inside its batch job; the boundaries (Slurm, health check,
+    checkpoints on disk, the requeue helper, signals) are fields so tests can fake them."""
+
     store: Store
     slurm: Slurm
     spec: TrainSpec
@@ -115,6 +119,8 @@ class Supervisor:
     #: The client for queries after a SIGTERM: they must fit in Slurm's KillWait (30 s by
     #: default) before the SIGKILL, so it has a short timeout; None: ``slurm``.
     after_term: Slurm | None = None
+    #: Nodes Slurm reported down the moment the SIGTERM arrived (see Signals.on_term).
+    _down_at_term: tuple[str, ...] = field(default=(), init=False, repr=False)
 
     @property
     def ckpt_dir(self) -> str:
@@ -270,6 +276,19 @@ class Supervisor:
     def _run_step(self, nodes: Sequence[str], resume: Checkpoint | None,
                   skip: str) -> policy.AttemptEnd:
         """Launch one training step from ``resume`` and watch it to its end."""
+        self._down_at_term = ()
+
+        def snapshot() -> None:  # in the SIGTERM handler: see Signals
+            self._down_at_term = self._down_nodes(nodes, self.after_term)
+
+        self.signals.on_term = snapshot
+        try:
+            return self._watch_step(nodes, resume, skip)
+        finally:
+            self.signals.on_term = None
+
+    def _watch_step(self, nodes: Sequence[str], resume: Checkpoint | None,
+                    skip: str) -> policy.AttemptEnd:
         launch, proc = self._launch(nodes, resume, skip)
         watch = StepWatch(spec=self.spec, metrics_path=self.ctx.path(AttemptFile.METRICS),
                           log_path=self.ctx.path(AttemptFile.LOG),
@@ -322,25 +341,49 @@ class Supervisor:
     def _decide(self, end: policy.AttemptEnd, nodes: Sequence[str],
                 budget: policy.Budget) -> policy.Decision:
         if end.terminated:
-            return self._ended_by_slurm(nodes)
+            return self._ended_by_slurm(nodes, end.diagnosis)
         decision = policy.decide(end, budget, spike_skip=self.spec.fault_tolerance.loss_spike.skip)
         if decision.needs_culprit:
             decision = self._with_culprits(decision, nodes)
         return decision
 
-    def _ended_by_slurm(self, nodes: Sequence[str]) -> policy.Decision:
-        """SIGTERM from Slurm: ask it why (scancel, node failure, time limit) while KillWait lasts."""
-        slurm = self.after_term or self.slurm
-        state = None
-        try:
-            state = slurm.show_job(self.ctx.job_id).state
-        except SlurmError as exc:
-            self.log(f"cannot read the job's state after SIGTERM: {exc}")
-        down = () if state is JobState.CANCELLED else self._down_nodes(nodes, slurm)
-        decision = policy.ended_by_slurm(state, down)
+    def _ended_by_slurm(self, nodes: Sequence[str],
+                        diagnosis: Diagnosis | None = None) -> policy.Decision:
+        """SIGTERM from Slurm: why (scancel, node failure, time limit), from what Slurm says
+        while KillWait lasts and from the step's own last lines."""
+        state = self._job_state_after_term()
+        down = tuple(dict.fromkeys([*self._down_at_term,
+                                    *self._down_nodes(nodes, self.after_term)]))
+        if not down and diagnosis is not None and diagnosis.node in nodes and (
+                diagnosis.origin == "infrastructure" and diagnosis.action == "requeue_exclude_node"):
+            down = (str(diagnosis.node),)  # e.g. srun's "Node failure on nodeN"
+        decision = policy.ended_by_slurm(state, () if state is JobState.CANCELLED else down)
+        if decision.outcome is AttemptOutcome.NODE_FAIL and diagnosis is not None \
+                and diagnosis.node in decision.exclude:
+            decision = replace(decision, diagnosis=diagnosis)
         self.log(f"ended by Slurm: job state {state.value if state else '?'}; "
                  f"down {','.join(down) or '-'}")
         return decision
+
+    def _job_state_after_term(self) -> JobState | None:
+        """The job's state as accounting has it: ``scontrol`` only says COMPLETING while the
+        job's processes (this one too) exit, while sacct already says CANCELLED."""
+        slurm = self.after_term or self.slurm
+        since = datetime.fromtimestamp(time.time() - 86400, tz=timezone.utc)
+        state = None
+        for _ in range(3):
+            try:
+                jobs = slurm.sacct(since, job_ids=[self.ctx.job_id])
+                state = jobs[-1].state if jobs else None
+            except SlurmError as exc:
+                self.log(f"cannot read the job's state after SIGTERM: {exc}")
+            if state is not None and state not in (JobState.RUNNING, JobState.COMPLETING):
+                return state
+            time.sleep(0.3)
+        try:
+            return slurm.show_job(self.ctx.job_id).state
+        except SlurmError:
+            return state
 
     def _with_culprits(self, decision: policy.Decision, nodes: Sequence[str]) -> policy.Decision:
         bad: list[str] = []

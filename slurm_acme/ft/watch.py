@@ -43,11 +43,18 @@ TERM_GRACE_S = 2.0
 
 @dataclass
 class Signals:
-    """Flags set by signal handlers and read by the watch loop."""
+    """Flags set by signal handlers and read by the watch loop.
+
+    ``on_term`` runs inside the SIGTERM handler, at once: when Slurm kills a job
+    because a node went DOWN, the node may be back (``ReturnToService=2``) within
+    half a second, so what Slurm says about the nodes is read then, not at the
+    next poll.
+    """
 
     usr2: bool = False
     term: bool = False
     requeue_pending: bool = False
+    on_term: Callable[[], None] | None = field(default=None, repr=False)
 
     def install(self) -> None:
         signal.signal(signal.SIGUSR2, self._on_usr2)
@@ -57,7 +64,10 @@ class Signals:
         self.usr2 = True
 
     def _on_term(self, *_: object) -> None:
+        first = not self.term
         self.term = True
+        if first and self.on_term is not None:
+            self.on_term()
 
 
 def make_diagnoser(rule_files: Sequence[str], task_nodes: Mapping[int, str] | None
@@ -106,7 +116,10 @@ class StepWatch:
             reader.join(timeout=10)
         out.progress.close()
         metrics.poll()
-        ended_by_us = state.hang is not None or state.term or state.time_limit_action == "stop"
+        # A step the supervisor stopped (hang, time limit) is not diagnosed: the kill would
+        # read as its failure. One that Slurm ended is, for what its own lines say (srun's
+        # "Node failure on nodeN"); the supervisor weighs that with what Slurm reports.
+        ended_by_us = state.hang is not None or state.time_limit_action == "stop"
         with out.lock:
             diagnosis = diagnoser.result() if rc != 0 and not ended_by_us else None
             compressed = list(diagnoser.compressed_lines())

@@ -10,13 +10,14 @@ import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 from slurm_acme.ft.checkpoints import find_checkpoints
 from slurm_acme.ft.plan import run_dir_for
 from slurm_acme.ft.spec import parse_spec
 from slurm_acme.ft.supervisor import JobContext, Signals, Supervisor
 from slurm_acme.health.records import HealthReport
-from slurm_acme.slurm import NodeInfo, ScontrolJob
+from slurm_acme.slurm import JobState, NodeInfo, ScontrolJob
 from slurm_acme.store import open_store
 from slurm_acme.store import runs as rs
 
@@ -38,6 +39,10 @@ class FakeSlurm:
     def sinfo_nodes(self) -> list[NodeInfo]:
         return [NodeInfo(f"node{i}", "down*" if f"node{i}" in self.down else "idle")
                 for i in range(1, 5)]
+
+    def sacct(self, start, end=None, job_ids=None, all_users=True) -> list:  # type: ignore[no-untyped-def]
+        return [SimpleNamespace(job_id=str(j), state=JobState.parse(self.job_state))
+                for j in job_ids or []]
 
     def show_job(self, job_id: str) -> ScontrolJob:
         return ScontrolJob(fields={"JobId": job_id, "JobState": self.job_state})

@@ -195,3 +195,57 @@ def test_status_reconciles_a_run_whose_job_ended_without_a_decision(
     assert view.state == expected
     if expected == "STOPPED":
         assert "without a decision by the supervisor" in view.reason and "slurm-42.out" in view.reason
+
+
+def test_an_allocation_holding_an_excluded_node_is_requeued_without_it_uncounted(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    _, store, _ = make(tmp_path, "")
+    rs.start_attempt(store, run_id="r1", attempt=0, job_id="42", nodelist="node1,node2", start_ts=1.0)
+    rs.end_attempt(store, run_id="r1", attempt=0, job_id="42", end_ts=2.0, outcome="node_fail",
+                   excluded=["node2"], detail={"reason": "node2 down"})
+    sup, _, spawns = make(tmp_path, "print('step 1', flush=True)\n", attempt=1)
+    sup.ctx = type(sup.ctx)(**{**sup.ctx.__dict__, "nodelist": "node2,node3"})
+    assert sup.run() == exitcodes.SUPERVISOR_REQUEUE
+    second = rs.list_attempts(store, "r1")[1]
+    assert second.outcome == "requeue" and second.excluded == ["node2"]
+    assert second.details["counts_as_restart"] is False
+    assert spawns.calls[0]["exclude"] == ["node2"]
+    assert not (tmp_path / "env.json").exists(), "the trainer must not start there"
+
+
+def test_a_node_down_only_at_the_moment_of_the_sigterm_is_still_excluded(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # ReturnToService=2: a node set DOWN is back within half a second; the handler saw it
+    slurm = FakeSlurm(job_state="RUNNING")
+    sup, _, _ = make(tmp_path, "", slurm=slurm)
+    sup._down_at_term = ("node2",)  # what the SIGTERM handler recorded
+    decision = sup._ended_by_slurm(["node1", "node2"])
+    assert decision.outcome is AttemptOutcome.NODE_FAIL and decision.exclude == ("node2",)
+
+
+def test_srun_reporting_a_node_failure_names_the_node_slurm_killed_the_job_for(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from slurm_acme.diagnose import Diagnosis
+
+    sup, _, _ = make(tmp_path, "", slurm=FakeSlurm(job_state="RUNNING"))
+    srun_says = Diagnosis("NodeFailure", "infrastructure", "requeue_exclude_node", node="node2",
+                          evidence=("srun: error: Node failure on node2",), source="rule")
+    decision = sup._ended_by_slurm(["node1", "node2"], srun_says)
+    assert decision.outcome is AttemptOutcome.NODE_FAIL and decision.exclude == ("node2",)
+    assert decision.diagnosis is srun_says
+
+
+def test_the_sigterm_handler_reads_node_states_at_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import signal
+
+    from slurm_acme.ft.watch import Signals
+
+    seen = []
+    signals = Signals(on_term=lambda: seen.append("snapshot"))
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        signals.install()
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+    assert signals.term and seen == ["snapshot"]
