@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -95,14 +95,16 @@ _FINAL = frozenset({JobState.FAILED, JobState.COMPLETED, JobState.TIMEOUT, JobSt
                     JobState.BOOT_FAIL, JobState.DEADLINE})
 
 
-def reconcile(store: Store, run: run_store.RunRow, slurm: Slurm | None) -> run_store.RunRow:
-    """A run the store thinks is alive whose job Slurm says ended gets the state it has.
+def reconcile(run: run_store.RunRow, slurm: Slurm | None) -> run_store.RunRow:
+    """A run the store thinks is alive whose job Slurm says ended is shown as it is.
 
     The supervisor records scancel and every decision itself; this covers a
     supervisor that never got to (killed when Slurm's KillWait ran out, or one that
-    could not start): a cancelled job's run is CANCELLED; a job that ended while its
-    run was PENDING or RUNNING (not REQUEUED: a requeue passes through ended-looking
-    states) left no decision, so its run is STOPPED, with the job's log named.
+    could not start): a cancelled job's run shows CANCELLED; a job that ended while
+    its run was PENDING or RUNNING (not REQUEUED: a requeue passes through
+    ended-looking states) left no decision, so its run shows STOPPED, with the job's
+    log named. Status only reads (the store is opened read-only): the row is not
+    changed, the view is.
     """
     state = RunState.parse(run.state)
     if slurm is None or state.is_terminal() or not run.last_job_id:
@@ -119,19 +121,24 @@ def reconcile(store: Store, run: run_store.RunRow, slurm: Slurm | None) -> run_s
                                          f"decision by the supervisor; see {log}")
     else:
         return run
-    run_store.update_run(store, run.run_id, state=new.value, reason=reason)
-    return run_store.get_run(store, run.run_id) or run
+    return replace(run, state=new.value, reason=reason)
 
 
-def checkpoints_on_disk(run: run_store.RunRow) -> list[dict[str, Any]]:
-    spec = TrainSpec.from_json(run.spec)
+def checkpoints_on_disk(store: Store, run: run_store.RunRow) -> list[dict[str, Any]]:
+    """The run's checkpoints on disk now; the store's record of them only when the spec
+    cannot say where they are (a row written by an older version)."""
+    try:
+        spec = TrainSpec.from_json(run.spec)
+    except ValueError:
+        return [{"step": c.step, "path": c.path, "kind": None, "bytes": c.bytes}
+                for c in run_store.list_checkpoints(store, run.run_id)]
     folder = Path(run.workdir or ".") / Path(spec.checkpoint.dir).expanduser()
     return [{"step": c.step, "path": c.path, "kind": c.kind, "bytes": c.size}
             for c in find_checkpoints(folder, spec.checkpoint.glob)]
 
 
 def run_view(store: Store, run: run_store.RunRow, slurm: Slurm | None = None) -> RunView:
-    run = reconcile(store, run, slurm)
+    run = reconcile(run, slurm)
     attempts = run_store.list_attempts(store, run.run_id)
     failures = run_store.get_failures(store, [a.failure_id for a in attempts if a.failure_id])
     views = []
@@ -154,7 +161,7 @@ def run_view(store: Store, run: run_store.RunRow, slurm: Slurm | None = None) ->
     wall = (last - first) if first is not None and last is not None else 0.0
     lost = sum(a.time_lost_s or 0.0 for a in attempts)
     excluded = sorted({n for a in attempts for n in a.excluded})
-    ckpts = checkpoints_on_disk(run)
+    ckpts = checkpoints_on_disk(store, run)
     return RunView(run_id=run.run_id, name=run.name, state=run.state, reason=run.reason,
                    job_id=run.last_job_id, attempts=views, excluded_nodes=excluded,
                    checkpoints=[c["step"] for c in ckpts],
