@@ -112,6 +112,8 @@ class StepWatch:
                                       args=(proc, launch, diagnoser, out, log_file, self.patterns))
             reader.start()
             state = self._loop(proc, out, metrics)
+            # Slurm signals the step too: srun may be gone before the loop saw the TERM
+            state.term = state.term or self.signals.term
             rc = proc.wait()
             reader.join(timeout=10)
         out.progress.close()
