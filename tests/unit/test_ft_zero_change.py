@@ -249,3 +249,21 @@ def test_the_sigterm_handler_reads_node_states_at_once(tmp_path) -> None:  # typ
         signal.signal(signal.SIGTERM, old)
         signal.signal(signal.SIGUSR2, signal.SIG_DFL)
     assert signals.term and seen == ["snapshot"]
+
+
+def test_an_unknown_failure_excludes_only_what_the_health_check_flags(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from slurm_acme.ft import policy
+    from slurm_acme.health.records import HealthReport
+
+    sup, _, _ = make(tmp_path, "", ft=", health_check: allgather")
+    checked = []
+
+    def health(nodes, **kw):  # type: ignore[no-untyped-def]
+        checked.append(list(nodes))
+        return HealthReport(bad_nodes=("node2",), good_nodes=("node1", "node3"), rounds=2, tests=3)
+
+    sup.health = health
+    decision = sup._decide(policy.AttemptEnd(exit_code=1), ["node1", "node2", "node3"], policy.Budget())
+    assert checked == [["node1", "node2", "node3"]]
+    assert decision.exclude == ("node2",) and decision.unknown and decision.requeues
+    assert "health check found node2" in decision.reason
