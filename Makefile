@@ -3,12 +3,21 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
+# Integration tests run on two Slurm releases, each on its own test cluster:
+# 22.05 from the host's Debian 12 packages, 24.11 from a Debian 13 root that
+# sbin/slurm-root makes once per machine (under /var/cache/acme, so every clone
+# reuses it). The 24.11 cluster lives beside the 22.05 one, ports 500 higher.
+CLUSTER_DIR         := $(or $(ACME_CLUSTER_DIR),/tmp/acme-test-cluster)
+SLURM24_CLUSTER_DIR ?= $(CLUSTER_DIR)-slurm24
+SLURM24_PORT_BASE   ?= $(if $(ACME_CLUSTER_PORT_BASE),$(shell expr $(ACME_CLUSTER_PORT_BASE) + 500),)
+# What runs on 24.11: the whole integration suite (see README, "Slurm versions").
+SLURM24_TESTS       ?= tests/integration
 
-.PHONY: help venv deps cluster-up cluster-down demo test test-unit test-integration bench lint clean
+.PHONY: help venv deps cluster-up cluster-down demo test test-unit test-integration test-integration-slurm24 slurm24-root bench lint clean
 
 help:
 	@echo "make demo   - install what is missing, start the local Slurm cluster, run the demo"
-	@echo "make test   - run the whole test suite (unit + integration on real Slurm and Postgres)"
+	@echo "make test   - run the whole test suite (unit + integration on real Slurm 22.05 and 24.11, Postgres)"
 	@echo "make bench  - run the benchmarks in bench/ (each prints one JSON object)"
 
 venv: $(VENV)/.installed
@@ -36,8 +45,27 @@ demo: venv deps
 
 test: venv deps
 	sbin/ensure-postgres
+	@# The 24.11 root builds (first time on a machine only) while the unit tests run;
+	@# test-integration-slurm24 waits for it (sbin/slurm-root serialises on a lock).
+	sbin/slurm-root ensure >/dev/null 2>&1 &
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest tests/integration $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-integration
+	$(MAKE) --no-print-directory test-integration-slurm24
+
+# Integration tests on the host's Slurm (22.05 on Debian 12).
+test-integration: venv deps
+	ACME_CLUSTER_DIR="$(CLUSTER_DIR)" ACME_SLURM_ROOT= PATH="$(CURDIR)/$(BIN):$$PATH" \
+	    $(BIN)/pytest tests/integration $(PYTEST_ARGS)
+
+# The same tests on Slurm 24.11, run from the Debian 13 root.
+test-integration-slurm24: venv deps slurm24-root
+	@echo "== integration tests on Slurm 24.11 ($(SLURM24_CLUSTER_DIR))"
+	ACME_CLUSTER_DIR="$(SLURM24_CLUSTER_DIR)" ACME_SLURM_ROOT="$$(sbin/slurm-root path)" \
+	    $(if $(SLURM24_PORT_BASE),ACME_CLUSTER_PORT_BASE=$(SLURM24_PORT_BASE),ACME_CLUSTER_PORT_BASE=) \
+	    PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest $(SLURM24_TESTS) $(PYTEST_ARGS)
+
+slurm24-root:
+	sbin/slurm-root ensure
 
 # No daemon needed: the tests marked postgres (see tests/conftest.py) run in `make test`.
 test-unit: venv

@@ -60,7 +60,7 @@ class SlurmCluster:
 def slurm_cluster() -> Iterator[SlurmCluster]:
     folder = Path(os.environ.get("ACME_CLUSTER_DIR", DEFAULT_DIR))
     env = {**os.environ, "ACME_CLUSTER_DIR": str(folder)}
-    if "ACME_CLUSTER_PORT_BASE" not in env and not (folder / "cluster.json").exists():
+    if not env.get("ACME_CLUSTER_PORT_BASE") and not (folder / "cluster.json").exists():
         env["ACME_CLUSTER_PORT_BASE"] = str(_free_port_base())
     proc = subprocess.run([sys.executable, str(ACME_CLUSTER), "up", "--nodes", str(NODES),
                            "--gpus", str(GPUS_PER_NODE)], env=env,
