@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "sbin" / "acme-cluster"
@@ -143,7 +145,10 @@ def test_wrappers_run_each_command_of_the_root_and_bind_the_clone(tmp_path):
     shown = subprocess.run(["sh", "-c", f'{assign}; printf %s "$r"'], capture_output=True, text=True,
                            check=True).stdout
     assert shown == str(root)
-    assert f"mount --bind {SCRIPT.parent.parent}" in text
+    clone = str(SCRIPT.parent.parent)
+    assert "mount --bind /tmp " in text
+    # The clone is bound at its own path, unless /tmp's bind already shows it.
+    assert (f"mount --bind {clone} " in text) is not clone.startswith("/tmp/")
     hosts = (spec.etc / "hosts").read_text().split()
     assert socket.gethostname().split(".")[0] in hosts
 
@@ -174,3 +179,23 @@ def test_env_of_a_root_cluster_puts_its_wrappers_first(tmp_path):
     (folder / "cluster.json").write_text('{"nodes": 1, "gpus": 0}')
     assert run_script("env", "--dir", str(folder)).stdout.splitlines() == [
         f"export SLURM_CONF={folder}/etc/slurm.conf"]
+
+
+def test_a_daemon_that_sees_another_copy_of_the_clone_is_told_apart(tmp_path):
+    script = load_script()
+    assert script.sees_this_clone(os.getpid())
+    assert not script.sees_this_clone(None)
+    # A process whose mount namespace has another folder at the clone's path (as a
+    # root's daemon has after the clone was made again at the same path).
+    other = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                              'mount --bind "$0" "$1" && touch "$0/ready" && exec sleep 60',
+                              str(tmp_path), str(script.REPO)])
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "ready").exists():
+            assert other.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        assert not script.sees_this_clone(other.pid)
+    finally:
+        other.kill()
+        other.wait()
