@@ -10,7 +10,8 @@ PYTEST_ARGS ?=
 CLUSTER_DIR         := $(or $(ACME_CLUSTER_DIR),/tmp/acme-test-cluster)
 SLURM24_CLUSTER_DIR ?= $(CLUSTER_DIR)-slurm24
 SLURM24_PORT_BASE   ?= $(if $(ACME_CLUSTER_PORT_BASE),$(shell expr $(ACME_CLUSTER_PORT_BASE) + 500),)
-# What runs on 24.11: the whole integration suite (see README, "Slurm versions").
+# What runs on 24.11: every integration test that uses the Slurm cluster; the
+# others run no Slurm command (ACME_CLUSTER_TESTS_ONLY, tests/integration/conftest.py).
 SLURM24_TESTS       ?= tests/integration
 
 .PHONY: help venv deps cluster-up cluster-down demo test test-unit test-integration test-integration-slurm24 slurm24-root bench lint clean
@@ -54,13 +55,14 @@ test: venv deps
 
 # Integration tests on the host's Slurm (22.05 on Debian 12).
 test-integration: venv deps
+	@echo "== integration tests on the host's Slurm ($$(slurmd -V), $(CLUSTER_DIR))"
 	ACME_CLUSTER_DIR="$(CLUSTER_DIR)" ACME_SLURM_ROOT= PATH="$(CURDIR)/$(BIN):$$PATH" \
 	    $(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
 # The same tests on Slurm 24.11, run from the Debian 13 root.
 test-integration-slurm24: venv deps slurm24-root
-	@echo "== integration tests on Slurm 24.11 ($(SLURM24_CLUSTER_DIR))"
-	ACME_CLUSTER_DIR="$(SLURM24_CLUSTER_DIR)" ACME_SLURM_ROOT="$$(sbin/slurm-root path)" \
+	@echo "== integration tests on Slurm 24.11 from $$(sbin/slurm-root status) ($(SLURM24_CLUSTER_DIR))"
+	ACME_CLUSTER_DIR="$(SLURM24_CLUSTER_DIR)" ACME_SLURM_ROOT="$$(sbin/slurm-root path)" ACME_CLUSTER_TESTS_ONLY=1 \
 	    $(if $(SLURM24_PORT_BASE),ACME_CLUSTER_PORT_BASE=$(SLURM24_PORT_BASE),ACME_CLUSTER_PORT_BASE=) \
 	    PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest $(SLURM24_TESTS) $(PYTEST_ARGS)
 
