@@ -50,11 +50,27 @@ def _url_as(url: str, role: str) -> str:
     return f"postgresql://{role}@{host}/{db}"
 
 
-@pytest.fixture
-def roles(pg_url: str) -> Iterator[Roles]:
+PG_ADMIN_URL = os.environ.get("ACME_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture(scope="module")
+def pg_db() -> Iterator[str]:
+    """One throw-away database for this module (the tests only read, or are refused writes)."""
+    name = f"acme_t_sec_{uuid.uuid4().hex[:10]}"
+    with _admin_conn(PG_ADMIN_URL) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with _admin_conn(PG_ADMIN_URL) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def roles(pg_db: str) -> Iterator[Roles]:
     tag = uuid.uuid4().hex[:8]
     r = Roles(f"acme_sec_{tag}_alice", f"acme_sec_{tag}_bob", f"acme_sec_{tag}_users", f"acme_sec_{tag}_admin")
-    with _admin_conn(pg_url) as conn:
+    with _admin_conn(pg_db) as conn:
         conn.execute(f'CREATE ROLE "{r.users}" NOLOGIN')
         conn.execute(f'CREATE ROLE "{r.alice}" LOGIN IN ROLE "{r.users}"')
         conn.execute(f'CREATE ROLE "{r.bob}" LOGIN IN ROLE "{r.users}"')
@@ -63,13 +79,14 @@ def roles(pg_url: str) -> Iterator[Roles]:
         yield r
     finally:
         names = ", ".join(f'"{role}"' for role in (r.alice, r.bob, r.admin, r.users))
-        with _admin_conn(pg_url) as conn:  # their privileges in this database, then the roles
+        with _admin_conn(pg_db) as conn:  # their privileges in this database, then the roles
             conn.execute(f"DROP OWNED BY {names}")
             conn.execute(f"DROP ROLE {names}")
 
 
-@pytest.fixture
-def filled(pg_url: str, roles: Roles) -> str:
+@pytest.fixture(scope="module")
+def filled(pg_db: str, roles: Roles) -> str:
+    pg_url = pg_db
     store = open_store(pg_url)
     rows = []
     for i, user in enumerate([roles.alice] * 3 + [roles.bob] * 4):
