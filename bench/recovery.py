@@ -80,6 +80,12 @@ def script_args(args: argparse.Namespace, scenario: str, ckpt: Path) -> list[str
     return argv
 
 
+#: The first node's address as Slurm knows it (NodeAddr): the local cluster's node names do
+#: not resolve (all its nodes are 127.0.0.1); a real cluster's would, and this is a no-op there.
+MASTER_ADDR_SH = ('$(scontrol show node "$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)" '
+                  '| grep -o "NodeAddr=[^ ]*" | cut -d= -f2)')
+
+
 def newest_checkpoint(ckpt: Path) -> str:
     files = sorted(ckpt.glob("ckpt_step_*.pt"))
     return str(files[-1]) if files else ""
@@ -92,7 +98,7 @@ def runs_in(text: str) -> list[dict]:
     runs: list[dict] = [{"resumed": None, "steps": []}]
     for line in text.splitlines():
         resumed = _RESUMED.search(line)
-        if resumed and (runs[-1]["steps"] or runs[-1]["resumed"] is not None):
+        if resumed and runs[-1]["steps"]:  # every rank says it resumed: one new run
             runs.append({"resumed": int(resumed.group(1)), "steps": []})
         elif resumed:
             runs[-1]["resumed"] = int(resumed.group(1))
@@ -172,8 +178,8 @@ def run_sacme(work: Path, scenario: str, args: argparse.Namespace) -> dict:
     run_dir = work / "acme-runs" / run_id
 
     def log() -> str:
-        return "".join(read(p) for p in sorted(run_dir.glob("attempt-*.log"),
-                                               key=lambda p: int(p.name.split("-")[1])))
+        logs = [p for p in run_dir.glob("attempt-*.log") if not p.name.endswith(".compressed.log")]
+        return "".join(read(p) for p in sorted(logs, key=lambda p: int(p.name.split("-")[1])))
 
     def state() -> str:
         view = subprocess.run([*sacme, "status", run_id, "--json"], capture_output=True, text=True,
@@ -187,7 +193,20 @@ def run_sacme(work: Path, scenario: str, args: argparse.Namespace) -> dict:
         wait_for(lambda: state() in ("COMPLETED", "STOPPED", "CANCELLED"), args.timeout, "the run")
     finally:
         Slurm().scancel([job_id])
-    return {"tool": "sacme", **measure(runs_in(log()), submitted=submitted, steps=args.steps)}
+    runs = runs_in(log())
+    result = {"tool": "sacme", **measure(runs, submitted=submitted, steps=args.steps)}
+    view = json.loads(subprocess.run([*sacme, "status", run_id, "--json"], capture_output=True,
+                                     text=True, timeout=120, check=True).stdout)
+    attempts = view["attempts"]
+    if len(attempts) > 1 and len(runs) > 1 and runs[0]["steps"] and runs[1]["steps"]:
+        # where the time went: the decision, the requeue (back in the queue, prolog, the
+        # next supervisor), the trainer's start-up (Python, torch, rendezvous, its resume)
+        result["parts_s"] = {
+            "detect": round(attempts[0]["end_ts"] - runs[0]["steps"][-1][1], 2),
+            "requeue": round(attempts[1]["start_ts"] - attempts[0]["end_ts"], 2),
+            "start_up": round(runs[1]["steps"][0][1] - attempts[1]["start_ts"], 2)}
+    result["outcomes"] = [a["outcome"] for a in attempts]
+    return result
 
 
 # ------------------------------------------------------------------ submitit
@@ -202,7 +221,11 @@ def _submitit_callable(script: str, argv: list[str], ckpt: str):  # type: ignore
             self.script, self.argv, self.ckpt = script, argv, ckpt
 
         def __call__(self) -> int:
-            submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+            # MASTER_PORT is set free by the setup lines (its job-id default collides across
+            # clusters that share a host); export() keeps it with overwrite
+            submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False,
+                                                                   overwrite=True)
+            os.environ["MASTER_ADDR"] = os.environ.get("BENCH_MASTER_ADDR") or os.environ["MASTER_ADDR"]
             sys.argv = [self.script, *self.argv, "--resume", newest_checkpoint(Path(self.ckpt))]
             try:
                 runpy.run_path(self.script, run_name="__main__")
@@ -221,7 +244,8 @@ def run_submitit(work: Path, scenario: str, args: argparse.Namespace) -> dict:
     executor = submitit.AutoExecutor(folder=str(work / "submitit"), cluster="slurm")
     executor.update_parameters(nodes=2, tasks_per_node=1, cpus_per_task=1, timeout_min=20,
                                slurm_signal_delay_s=60, slurm_setup=[
-                                   f"export MASTER_PORT={free_port()}", "export OMP_NUM_THREADS=1"],
+                                   f"export MASTER_PORT={free_port()}", "export OMP_NUM_THREADS=1",
+                                   f"export BENCH_MASTER_ADDR={MASTER_ADDR_SH}"],
                                name=f"bench-recovery-submitit-{scenario}")
     submitted = time.time()
     job = executor.submit(_submitit_callable(str(SCRIPT), script_args(args, scenario, ckpt), str(ckpt)))
@@ -245,7 +269,7 @@ def run_submitit(work: Path, scenario: str, args: argparse.Namespace) -> dict:
 
 REQUEUE_SCRIPT = """#!/bin/bash
 # What a person submits: srun the script, resume from its newest checkpoint, --requeue.
-export OMP_NUM_THREADS=1 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)
+export OMP_NUM_THREADS=1 MASTER_ADDR={master_addr}
 export MASTER_PORT={port}
 resume=$(ls {ckpt}/ckpt_step_*.pt 2>/dev/null | sort | tail -1)
 srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 {argv} --resume "$resume"
@@ -256,6 +280,7 @@ def run_requeue(work: Path, scenario: str, args: argparse.Namespace) -> dict:
     slurm = Slurm(timeout=60)
     ckpt = work / "ckpt"
     script = REQUEUE_SCRIPT.format(port=free_port(), ckpt=shlex.quote(str(ckpt)),
+                                   master_addr=MASTER_ADDR_SH,
                                    argv=shlex.join([sys.executable, str(SCRIPT),
                                                     *script_args(args, scenario, ckpt)]))
     submitted = time.time()
