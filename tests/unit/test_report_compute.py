@@ -355,7 +355,8 @@ def load(store, data: dict) -> None:  # type: ignore[no-untyped-def]
     with store.engine.begin() as conn:
         for table in ("gpu_samples", "node_samples"):  # Postgres: the day partitions the rows need
             stamps = [row["ts"] for row in data[table]]
-            ensure_days(conn, table, min(stamps), max(stamps))
+            if stamps:
+                ensure_days(conn, table, min(stamps), max(stamps))
         upsert(conn, jobs_table, data["jobs"], ["cluster", "job_id"])
         if data["gpu_samples"]:
             upsert(conn, gpu_samples, data["gpu_samples"], ["cluster", "node", "ts", "gpu_index"], update=())
