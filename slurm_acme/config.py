@@ -18,10 +18,11 @@ import logging
 import os
 import stat
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 from slurm_acme.errors import ConfigError
 from slurm_acme.report.model import WorkloadType
@@ -72,6 +73,11 @@ class SlurmConfig(_Section):
     command_timeout_s: float = Field(default=60.0, gt=0)
 
 
+#: The node collector's samplers, in the order it tries them.
+SamplerName = Literal["nvml", "dcgm", "ipmi", "host", "infiniband"]
+SAMPLER_NAMES: tuple[SamplerName, ...] = get_args(SamplerName)
+
+
 class TelemetryConfig(_Section):
     interval_s: float = Field(default=15.0, gt=0)
     spool_dir: str = "/var/spool/acme"
@@ -79,8 +85,7 @@ class TelemetryConfig(_Section):
     synthetic_gpus: int = Field(default=0, ge=0)
     flush_batch: int = Field(default=5000, ge=1)
     #: Samplers to try; each one that finds no hardware says so once and is skipped.
-    samplers: list[Literal["nvml", "dcgm", "ipmi", "host", "infiniband"]] = Field(
-        default_factory=lambda: ["nvml", "dcgm", "ipmi", "host", "infiniband"])
+    samplers: list[SamplerName] = Field(default_factory=lambda: list(SAMPLER_NAMES))
     #: A sensor command (ipmitool, dcgmi) slower than this is killed and flagged.
     sensor_timeout_s: float = Field(default=5.0, gt=0)
     #: How often the spool is pushed to the central store (also at every job end).
@@ -219,7 +224,7 @@ def find_config_path(explicit: str | os.PathLike[str] | None = None) -> Path | N
     return None
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: ErrorDetails) -> str:
     field = ".".join(str(p) for p in error["loc"])
     value = error.get("input")
     if error["type"] == "extra_forbidden":

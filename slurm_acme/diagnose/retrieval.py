@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -137,10 +137,10 @@ class CaseIndex:
         neighbours = self.nearest(text, NEIGHBOURS, exclude=exclude, min_shared=MIN_SHARED_TERMS)
         if not neighbours or neighbours[0][1] < threshold:
             return unknown_diagnosis()
-        votes: Counter[str] = Counter()
+        votes: defaultdict[str, float] = defaultdict(float)
         for case, sim in neighbours:
             votes[case.category] += sim
-        category = votes.most_common(1)[0][0]
+        category = max(votes, key=votes.__getitem__)  # ties: the nearest case's category
         best = next((case, sim) for case, sim in neighbours if case.category == category)
         if best[1] < threshold:
             return unknown_diagnosis()

@@ -26,11 +26,7 @@ def upsert(
     """
     if not rows:
         return 0
-    dialect = conn.dialect.name
-    insert = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}.get(dialect)
-    if insert is None:  # pragma: no cover - only the two supported backends
-        raise NotImplementedError(f"upsert on {dialect}")
-    stmt = insert(table)
+    stmt = _dialect_insert(conn.dialect.name, table)
     columns = list(update) if update is not None else [c for c in rows[0] if c not in key]
     if columns:
         stmt = stmt.on_conflict_do_update(
@@ -40,6 +36,15 @@ def upsert(
         stmt = stmt.on_conflict_do_nothing(index_elements=list(key))
     conn.execute(stmt, list(rows))
     return len(rows)
+
+
+def _dialect_insert(dialect: str, table: Table) -> postgresql.Insert | sqlite.Insert:
+    """The dialect's own INSERT, the one with ``ON CONFLICT`` (core ``insert`` has none)."""
+    if dialect == "postgresql":
+        return postgresql.insert(table)
+    if dialect == "sqlite":
+        return sqlite.insert(table)
+    raise NotImplementedError(f"upsert on {dialect}")  # pragma: no cover - only the two supported backends
 
 
 def get_meta(conn: Connection, key: str) -> str | None:

@@ -58,18 +58,25 @@ class NvmlSampler:
         except nv.NVMLError:
             self.events = None  # XID events unsupported here; the xid column stays empty
 
-    def _drain_xids(self) -> dict[str, int]:
-        """The latest XID per GPU UUID since the last tick (non-blocking)."""
-        nv, seen = self._nvml, {}
+    def _drain_xids(self) -> dict[int, int]:
+        """The latest XID per NVML device index since the last tick (non-blocking).
+
+        Keyed by index, not UUID: a GPU whose UUID NVML cannot read still gets
+        its own XIDs, and an event from a device not probed lands on none.
+        """
+        nv = self._nvml
+        seen: dict[int, int] = {}
         if self.events is None:
             return seen
-        by_handle = {id(h): uuid for _, h, uuid, _ in self.handles}
+        by_handle = {id(h): index for index, h, _, _ in self.handles}
         while True:
             try:
                 event = nv.nvmlEventSetWait_v2(self.events, 0)
             except nv.NVMLError:
                 return seen
-            seen[by_handle.get(id(event.device), "")] = int(event.eventData)
+            index = by_handle.get(id(event.device))
+            if index is not None:
+                seen[index] = int(event.eventData)
 
     def sample(self, busy: dict[int, str]) -> Reading:
         nv = self._nvml
@@ -95,7 +102,7 @@ class NvmlSampler:
                 "temp_c": checked(self._call(nv.nvmlDeviceGetTemperature, handle,
                                              nv.NVML_TEMPERATURE_GPU), "temp_c", flags),
                 "ecc_dbe": int(ecc_value) if ecc_value is not None else None,
-                "xid": xids.get(uuid or ""),
+                "xid": xids.get(index),
                 "source": "nvml",
                 "flags": flags,
             }

@@ -111,6 +111,20 @@ def test_nvml_xid_events_land_on_their_gpu_once():
     assert sampler.sample({}).gpus[5]["xid"] is None
 
 
+def test_nvml_xid_of_a_gpu_without_readable_uuid_lands_on_that_gpu_alone():
+    class NoUuid(FakeNvml):
+        def nvmlDeviceGetUUID(self, h):
+            raise FakeNVMLError("Not Supported")
+
+    nvml = NoUuid()
+    sampler = NvmlSampler(nvml)
+    sampler.probe()
+    nvml.pending_xids = [(0, 48)]
+    reading = sampler.sample({})
+    assert reading.gpus[2]["gpu_uuid"] is None and reading.gpus[2]["xid"] == 48
+    assert reading.gpus[5]["xid"] is None
+
+
 def test_nvml_without_event_support_still_samples():
     sampler = NvmlSampler(FakeNvml(events=False))
     assert sampler.probe() is None
