@@ -1,0 +1,78 @@
+"""``sacme``'s front door: lazy subcommands, what start-up imports, import bugs shown as bugs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from slurm_acme.cli.main import SACME_COMMANDS, LazyCommand, LazyGroup, sacme
+
+#: Libraries no command may pay for before it uses them.
+HEAVY = ("sqlalchemy", "pydantic", "rich", "torch", "numpy", "yaml", "matplotlib", "psycopg")
+
+
+def modules_after(argv: list[str], tmp_path) -> set[str]:  # type: ignore[no-untyped-def]
+    """The modules a fresh interpreter holds after running ``sacme ARGV``."""
+    probe = textwrap.dedent(f"""
+        import json, sys
+        from slurm_acme.cli.main import run_cli, sacme
+        code = run_cli(sacme, "sacme", {argv!r})
+        print(json.dumps({{"code": code, "modules": sorted(sys.modules)}}))
+    """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["code"] == 0, done.stderr
+    return set(out["modules"])
+
+
+def test_each_summary_is_its_commands_own_first_help_line():
+    ctx = click.Context(sacme)
+    for name, lazy in SACME_COMMANDS.items():
+        command = sacme.get_command(ctx, name)
+        assert command is not None
+        assert command.get_short_help_str(limit=10**6) == lazy.summary, name
+
+
+def test_help_lists_every_command_with_its_summary():
+    result = CliRunner().invoke(sacme, ["--help"], terminal_width=200)
+    assert result.exit_code == 0
+    for name, lazy in SACME_COMMANDS.items():
+        assert f"{name}  " in result.output
+        assert lazy.summary in result.output
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["diagnose", "--help"], ["status", "--help"]])
+def test_start_up_imports_no_heavy_library(argv, tmp_path):
+    loaded = modules_after(argv, tmp_path)
+    assert sorted(m for m in loaded if m.split(".")[0] in HEAVY) == []
+
+
+def test_help_imports_no_command_module(tmp_path):
+    loaded = modules_after(["--help"], tmp_path)
+    commands = {lazy.target.split(":")[0] for lazy in SACME_COMMANDS.values()}
+    assert sorted(loaded & commands) == []
+
+
+def test_a_broken_import_inside_a_command_is_a_bug_not_an_unknown_command(tmp_path, monkeypatch):
+    (tmp_path / "acme_probe_cmd.py").write_text(
+        "import click\nimport slurm_acme.no_such_module  # noqa: F401\n\n"
+        "@click.command()\ndef probe():\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    group = LazyGroup(name="g", lazy={"probe": LazyCommand("acme_probe_cmd:probe", "Probe.")})
+    result = CliRunner().invoke(group, ["probe"])
+    assert isinstance(result.exception, ModuleNotFoundError)
+    assert result.exception.name == "slurm_acme.no_such_module"
+    assert "No such command" not in result.output
+
+
+def test_an_unknown_command_is_still_a_usage_error():
+    result = CliRunner().invoke(sacme, ["no-such-command"])
+    assert result.exit_code == 2
+    assert "No such command 'no-such-command'" in result.output
