@@ -15,14 +15,11 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import select
-
 from slurm_acme.ingest.workload import NameRule, classify
 from slurm_acme.slurm import SacctJob, Slurm
 from slurm_acme.store import Store
+from slurm_acme.store.jobs import read_fact, write_job_rows
 from slurm_acme.store.report import refresh_job_rollups
-from slurm_acme.store.rows import get_meta, set_meta, upsert
-from slurm_acme.store.schema.core import jobs
 
 #: Re-read this much before the watermark: slurmdbd can record a job's end late.
 OVERLAP = timedelta(minutes=15)
@@ -30,7 +27,6 @@ OVERLAP = timedelta(minutes=15)
 FIRST_LOOKBACK = timedelta(days=30)
 #: sacct is asked one window at a time, so a month of a busy site is not one answer.
 WINDOW = timedelta(days=7)
-_CHUNK = 500
 
 
 def watermark_key(cluster: str) -> str:
@@ -68,13 +64,8 @@ def ingest_sacct(store: Store, slurm: Slurm, *, cluster: str, rules: Sequence[Na
     found = _fetch(slurm, start, until, say)
     rows = [job_row(j, cluster, rules) for j in found.values() if j.state.is_terminal()]
     say(f"writing {len(rows)} finished jobs")
-    with store.engine.begin() as conn:
-        known = _existing(conn, rows)
-        for i in range(0, len(rows), _CHUNK):
-            upsert(conn, jobs, rows[i:i + _CHUNK], ["cluster", "job_id"])
-        set_meta(conn, watermark_key(cluster), until.isoformat())
+    inserted = write_job_rows(store, rows, facts={watermark_key(cluster): until.isoformat()})
     refresh_job_rollups(store, rows)  # sacme report's monthly rollups of the months these jobs fall in
-    inserted = sum((r["cluster"], r["job_id"]) not in known for r in rows)
     return IngestResult(cluster=cluster, since=start, until=until, seen=len(found),
                         finished=len(rows), inserted=inserted, updated=len(rows) - inserted)
 
@@ -100,22 +91,10 @@ def _fetch(slurm: Slurm, start: datetime, until: datetime,
 
 
 def _resume_point(store: Store, cluster: str, until: datetime) -> datetime:
-    with store.engine.connect() as conn:
-        mark = get_meta(conn, watermark_key(cluster))
+    mark = read_fact(store, watermark_key(cluster))
     if mark is None:
         return until - FIRST_LOOKBACK
     return datetime.fromisoformat(mark) - OVERLAP
-
-
-def _existing(conn, rows: list[dict[str, Any]]) -> set[tuple[str, str]]:  # type: ignore[no-untyped-def]
-    found: set[tuple[str, str]] = set()
-    for cluster in {r["cluster"] for r in rows}:
-        ids = [r["job_id"] for r in rows if r["cluster"] == cluster]
-        for i in range(0, len(ids), _CHUNK):
-            query = select(jobs.c.job_id).where(jobs.c.cluster == cluster,
-                                                jobs.c.job_id.in_(ids[i:i + _CHUNK]))
-            found.update((cluster, job_id) for (job_id,) in conn.execute(query))
-    return found
 
 
 def _epoch(moment: datetime | None) -> float | None:
