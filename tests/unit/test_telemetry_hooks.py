@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import select
 import shutil
 import subprocess
 import time
@@ -48,6 +50,30 @@ def run_hook(tree: Path, kind: str, env: dict[str, str]) -> subprocess.Completed
     path = tree / ("prolog/acme-prolog" if kind == "prolog" else "epilog/acme-epilog")
     return subprocess.run([str(path)], env=env, capture_output=True, text=True, timeout=10,
                           cwd="/", check=False)
+
+
+def run_hook_to_the_end(tree: Path, kind: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run the hook and return once it *and every process it started* have exited.
+
+    The hook gets the write end of a pipe as an extra descriptor; everything it
+    forks inherits it (the collector is started with only 0-2 redirected), so
+    the read end reaches EOF exactly when the last of them is gone. A test of
+    "nothing was started" then waits on that event, not on a guessed sleep.
+    """
+    path = tree / ("prolog/acme-prolog" if kind == "prolog" else "epilog/acme-epilog")
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.run([str(path)], env=env, capture_output=True, text=True, timeout=10,
+                              cwd="/", check=False, pass_fds=(write_fd,))
+        os.close(write_fd)
+        write_fd = -1
+        ready, _, _ = select.select([read_fd], [], [], 10)
+        assert ready and os.read(read_fd, 1) == b"", "a process the hook started is still running after 10 s"
+    finally:
+        os.close(read_fd)
+        if write_fd >= 0:
+            os.close(write_fd)
+    return proc
 
 
 def marks(tree: Path, node: str = "node7") -> dict[str, dict]:
@@ -113,14 +139,19 @@ def test_prolog_starts_the_collector_detached_with_the_config(tree):
                         f"--log-file {tree}/spool/node7/collectd.log")]
 
 
+def test_waiting_for_the_hook_to_the_end_covers_the_collector_it_starts(tree):
+    """The event the negative test below waits on really includes the detached start."""
+    assert run_hook_to_the_end(tree, "prolog", slurm_env(tree)).returncode == 0
+    assert (tree / "started").read_text().count("--node node7") == 1
+
+
 def test_a_live_collector_is_not_started_again(tree):
     node_dir = tree / "spool" / "node7"
     node_dir.mkdir(parents=True)
     sleeper = subprocess.Popen(["acme-collectd", "30"], executable="/bin/sleep")
     try:
         (node_dir / "collectd.pid").write_text(f"{sleeper.pid}\n")
-        run_hook(tree, "prolog", slurm_env(tree))
-        time.sleep(0.5)
+        assert run_hook_to_the_end(tree, "prolog", slurm_env(tree)).returncode == 0
         assert not (tree / "started").exists()
     finally:
         sleeper.kill()
