@@ -1,7 +1,11 @@
 """``acme.toml``: one validated configuration for every command.
 
 Where it comes from, first found wins: ``--config PATH``, ``$ACME_CONF``,
-``/etc/acme/acme.toml``, then built-in defaults. Each section is a pydantic
+``acme.toml`` beside ``$SLURM_CONF``, ``/etc/acme/acme.toml``, then built-in
+defaults. The telemetry hooks (a shell script, ``data/node/acme-hook``) follow
+the same order: slurmd gives them no environment but ``SLURM_CONF``, so a site
+or a test cluster that keeps its config beside slurm.conf needs that step; a
+unit test runs the hook against this function. Each section is a pydantic
 model that rejects unknown keys, so a typo is an error that names the file,
 the field and the value instead of a setting silently ignored.
 
@@ -212,6 +216,15 @@ class AcmeConfig(_Section):
     source: str | None = None
 
 
+def beside_slurm_conf() -> Path | None:
+    """``acme.toml`` in the folder of ``$SLURM_CONF``, when that is set and the file exists."""
+    slurm_conf = os.environ.get("SLURM_CONF")
+    if not slurm_conf or "/" not in slurm_conf:
+        return None
+    candidate = Path(slurm_conf).parent / "acme.toml"
+    return candidate if os.access(candidate, os.R_OK) else None
+
+
 def find_config_path(explicit: str | os.PathLike[str] | None = None) -> Path | None:
     """The config file to read, following the documented search order."""
     if explicit:
@@ -219,6 +232,9 @@ def find_config_path(explicit: str | os.PathLike[str] | None = None) -> Path | N
     env = os.environ.get("ACME_CONF")
     if env:
         return Path(env)
+    beside = beside_slurm_conf()
+    if beside is not None:
+        return beside
     if SYSTEM_CONFIG.exists():
         return SYSTEM_CONFIG
     return None

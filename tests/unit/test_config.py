@@ -13,6 +13,7 @@ from slurm_acme.errors import ConfigError
 
 def test_defaults_without_any_file(monkeypatch, tmp_path):
     monkeypatch.delenv("ACME_CONF", raising=False)
+    monkeypatch.delenv("SLURM_CONF", raising=False)
     monkeypatch.setattr("slurm_acme.config.SYSTEM_CONFIG", tmp_path / "absent.toml")
     config = load_config()
     assert config == AcmeConfig()
@@ -28,6 +29,12 @@ def test_search_order(monkeypatch, tmp_path):
     assert find_config_path(tmp_path / "flag.toml") == tmp_path / "flag.toml"
     assert find_config_path() == tmp_path / "env.toml"
     monkeypatch.delenv("ACME_CONF")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm" / "slurm.conf"))
+    assert find_config_path() == system  # nothing beside slurm.conf
+    (tmp_path / "slurm").mkdir()
+    (tmp_path / "slurm" / "acme.toml").write_text("")
+    assert find_config_path() == tmp_path / "slurm" / "acme.toml"
+    monkeypatch.delenv("SLURM_CONF")
     assert find_config_path() == system
 
 

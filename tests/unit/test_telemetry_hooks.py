@@ -202,8 +202,72 @@ def test_missing_collector_is_logged_and_exit_is_zero(tree):
     assert "acme-prolog[4242]" in log and "collector not started" in log
 
 
-def test_epilog_is_a_byte_identical_copy_of_the_prolog():
-    assert (REPO / "epilog/acme-epilog").read_bytes() == (REPO / "prolog/acme-prolog").read_bytes()
+def test_prolog_and_epilog_are_one_shipped_file():
+    hook = REPO / "slurm_acme" / "data" / "node" / "acme-hook"
+    for rel in ("prolog/acme-prolog", "epilog/acme-epilog"):
+        assert (REPO / rel).is_symlink() and (REPO / rel).resolve() == hook, rel
+
+
+def check_run(tree: Path, env: dict[str, str]) -> dict[str, str]:
+    """The hook's check mode: the config and spool it resolved (key=value lines)."""
+    proc = subprocess.run([str(tree / "prolog" / "acme-prolog"), "check"], env=env, capture_output=True,
+                          text=True, timeout=10, cwd="/", check=False)
+    assert proc.returncode == 0 and proc.stderr == ""
+    return dict(line.split("=", 1) for line in proc.stdout.splitlines())
+
+
+@pytest.mark.parametrize("line", [
+    "spool_dir = '{spool}'",
+    'spool_dir = "{spool}"',
+    "  spool_dir='{spool}'   # local disk, 'quoted' words",
+    'spool_dir="{spool}"',
+    "\tspool_dir\t=\t'{spool}'",
+])
+def test_spool_dir_in_either_quote_style_is_read_as_tomllib_reads_it(tree, line):
+    spool = tree / "quoted spool"
+    toml = ('[store]\nspool_dir = "/not/this"\n[telemetry]\nold_spool_dir = "/nor/this"\n'
+            + line.replace("\\t", "\t").format(spool=spool) + '\n[telemetry.extra]\nspool_dir = "/not/that"\n')
+    conf = tree / "etc" / "acme.toml"
+    conf.write_text(toml)
+    seen = check_run(tree, slurm_env(tree))
+    assert seen["spool"] == str(spool)
+    assert (spool / "node7" / "hook.check").exists() and not (spool / "node7" / "marks" / "0.0.check").exists()
+    import tomllib
+    assert tomllib.loads(toml)["telemetry"]["spool_dir"] == str(spool)
+
+
+def test_check_mode_writes_no_mark_and_starts_nothing(tree):
+    check_run(tree, slurm_env(tree))
+    assert marks(tree) == {}
+    assert not (tree / "started").exists()
+
+
+@pytest.mark.parametrize("case", ["acme_conf", "beside_slurm_conf", "acme_conf_missing", "none"])
+def test_the_hook_finds_the_config_slurm_acme_config_finds(tree, tmp_path, monkeypatch, case):
+    """One search order: the shell hook and slurm_acme.config pick the same file."""
+    from slurm_acme import config as cfg
+
+    other = tmp_path / "other.toml"
+    other.write_text(f"[telemetry]\nspool_dir = '{tmp_path}/other-spool'\n")
+    env = slurm_env(tree)
+    if case == "acme_conf":
+        env["ACME_CONF"] = str(other)
+    elif case == "acme_conf_missing":
+        env["ACME_CONF"] = str(tmp_path / "missing.toml")
+    elif case == "none":
+        env["SLURM_CONF"] = str(tmp_path / "nowhere" / "slurm.conf")
+    if Path("/etc/acme/acme.toml").exists() and case == "none":
+        pytest.skip("this machine has a system /etc/acme/acme.toml")
+    for key in ("ACME_CONF", "SLURM_CONF"):
+        monkeypatch.delenv(key, raising=False)
+        if key in env:
+            monkeypatch.setenv(key, env[key])
+    monkeypatch.setattr(cfg, "SYSTEM_CONFIG", Path("/etc/acme/acme.toml"))
+    expected = cfg.find_config_path()
+    seen = check_run(tree, env)
+    assert seen["conf"] == (str(expected) if expected else "")
+    if expected is not None and expected.exists():
+        assert seen["spool"] == cfg.load_config().telemetry.spool_dir
 
 
 def test_epilog_named_hook_without_context_writes_an_end_mark(tree):
