@@ -14,7 +14,7 @@ SLURM24_PORT_BASE   ?= $(if $(ACME_CLUSTER_PORT_BASE),$(shell expr $(ACME_CLUSTE
 # others run no Slurm command (ACME_CLUSTER_TESTS_ONLY, tests/integration/conftest.py).
 SLURM24_TESTS       ?= tests/integration
 
-.PHONY: help venv deps cluster-up cluster-down demo test test-unit test-integration test-integration-slurm24 slurm24-root bench lint clean
+.PHONY: help dist venv deps cluster-up cluster-down demo test test-unit test-integration test-integration-slurm24 slurm24-root bench lint clean
 
 help:
 	@echo "make demo   - install what is missing, start the local Slurm cluster, run the demo"
@@ -22,6 +22,12 @@ help:
 	@echo "make bench  - run the benchmarks in bench/ (each prints one JSON object)"
 
 venv: $(VENV)/.installed
+
+# The wheel and the sdist an admin installs from (`pip install slurm-acme`, then
+# `sacme admin install` on each node); both carry the node files (slurm_acme/data/node).
+dist: venv
+	rm -rf dist
+	$(BIN)/python -m build --no-isolation --wheel --sdist --outdir dist .
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -81,4 +87,4 @@ lint: venv
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

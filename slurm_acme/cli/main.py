@@ -50,6 +50,8 @@ SACME_COMMANDS: dict[str, LazyCommand] = {
                           "Show a run's attempts: nodes, endings, diagnoses, exclusions, checkpoints, goodput."),
     "logs": LazyCommand("slurm_acme.cli.submit:logs", "Print RUN's compressed logs, attempt by attempt."),
     "db": LazyCommand("slurm_acme.cli.db:db", "Store administration."),
+    "admin": LazyCommand("slurm_acme.cli.admin:admin",
+                         "Put slurm-acme on a node (hooks, collector, unit, config) and check it."),
 }
 
 
