@@ -151,6 +151,10 @@ class Slurm:
         """The controller's running configuration (``scontrol show config``)."""
         return parse.parse_scontrol_show_config(self._run(["scontrol", "show", "config"]))
 
+    def controller_time(self) -> int:
+        """slurmctld's clock in Unix seconds (``sdiag``'s header; 1 s resolution)."""
+        return parse.parse_sdiag_time(self._run(["sdiag"]))
+
     def sinfo_nodes(self) -> list[NodeInfo]:
         return parse.parse_sinfo_nodes(self._run(["sinfo", "-N", "-h", "-o", parse.SINFO_FORMAT]))
 

@@ -473,3 +473,19 @@ def parse_sbatch_parsable(text: str) -> str:
 
 def join_ids(ids: Iterable[str | int]) -> str:
     return ",".join(str(i) for i in ids)
+
+
+_SDIAG_TIME = re.compile(r"^sdiag output at .*\((\d+)\)\s*$", re.MULTILINE)
+
+
+def parse_sdiag_time(text: str) -> int:
+    """The controller's clock (Unix seconds) from ``sdiag``'s header line.
+
+    slurmctld stamps its statistics reply with its own ``time(NULL)``; sdiag
+    prints it as ``sdiag output at <date> (<epoch>)``. The cheapest way to read
+    the controller's clock through Slurm alone (1 s resolution).
+    """
+    found = _SDIAG_TIME.search(text)
+    if not found:
+        raise SlurmParseError(["sdiag"], 0, text[:200], "sdiag printed no 'sdiag output at ... (EPOCH)' line")
+    return int(found.group(1))

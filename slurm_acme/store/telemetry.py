@@ -140,6 +140,28 @@ def _watermark(conn: Connection, table: str) -> int:
     return int(get_meta(conn, _WATERMARK.format(table)) or 0)
 
 
+@dataclass(frozen=True)
+class SpoolBacklog:
+    """How far a node spool is behind the central store (``sacme admin check``)."""
+
+    #: Time of the newest node sample in the spool (None: never sampled).
+    newest_ts: float | None
+    #: Time of the oldest node sample not yet flushed (None: everything is flushed).
+    oldest_unflushed_ts: float | None
+    unflushed_rows: int
+
+
+@store_door
+def spool_backlog(spool: Store) -> SpoolBacklog:
+    """The spool's newest sample and the oldest one above its flush watermark."""
+    n = node_samples.c
+    with spool.engine.connect() as conn:
+        mark = _watermark(conn, node_samples.name)
+        newest = conn.execute(select(func.max(n.ts))).scalar()
+        oldest, count = conn.execute(select(func.min(n.ts), func.count()).where(n.id > mark)).one()
+    return SpoolBacklog(newest, oldest, int(count or 0))
+
+
 def _copy_samples(spool: Store, central: Store, table, key: Sequence[str], batch: int) -> int:  # type: ignore[no-untyped-def]
     """Send rows above the spool's watermark in id order, one batch per transaction."""
     sent = 0

@@ -274,3 +274,13 @@ def test_job_gpu_groups_from_detailed_show_job():
 ])
 def test_job_gpu_groups_variants(text, expected):
     assert parse.parse_job_gpu_groups(text) == expected
+
+
+def test_sdiag_gives_the_controllers_clock():
+    # captured from the local cluster: "sdiag output at Tue Dec 01 13:02:13 2026 (1796130133)"
+    assert parse.parse_sdiag_time(fixture("22.05", "sdiag.txt")) == 1796130133
+
+
+def test_sdiag_without_its_header_is_a_parse_error():
+    with pytest.raises(SlurmParseError, match="sdiag output at"):
+        parse.parse_sdiag_time("Server thread count:  3\n")
