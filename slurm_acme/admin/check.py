@@ -17,12 +17,12 @@ What it looks at, and why each matters:
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from slurm_acme.admin.hookrun import timed_check_run
 from slurm_acme.errors import AcmeError
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ def check_hook(kind: str, configured: str, settings: CollectorSettings) -> Check
     if not os.access(path, os.X_OK):
         return CheckResult(name, False, f"{path} is not executable: every job here would drain the node",
                            f"chmod 0755 {path} (or rerun `sacme admin install`)")
-    elapsed_ms, out = _timed_run(path, settings)
+    elapsed_ms, out = timed_check_run(path, settings.node)
     if out is None:
         return CheckResult(name, False, f"{path} did not finish in 10 s", "find what blocks it (a hung filesystem?)")
     if "error" in out:
@@ -119,24 +119,6 @@ def check_hook(kind: str, configured: str, settings: CollectorSettings) -> Check
         return CheckResult(name, False, f"{path} would start {collectd}, which is not executable",
                            "rerun `sacme admin install`")
     return CheckResult(name, True, f"{path}: {elapsed_ms:.0f} ms, spool {spool}")
-
-
-def _timed_run(path: Path, settings: CollectorSettings) -> tuple[float, dict[str, str] | None]:
-    """Run a hook in its check mode as slurmd would (bare environment); (ms, its key=value output)."""
-    env = {"SLURM_JOB_ID": "0", "SLURMD_NODENAME": settings.node, "SLURM_JOB_USER": "root",
-           "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}
-    for key in ("SLURM_CONF", "ACME_CONF"):
-        if os.environ.get(key):
-            env[key] = os.environ[key]
-    started = time.perf_counter()
-    try:
-        proc = subprocess.run([str(path), "check"], env=env, capture_output=True, text=True,
-                              timeout=10, cwd="/", check=False)
-    except subprocess.TimeoutExpired:
-        return 10_000.0, None
-    elapsed = (time.perf_counter() - started) * 1000
-    pairs = (line.partition("=") for line in proc.stdout.splitlines())
-    return elapsed, {k: v for k, sep, v in pairs if sep}
 
 
 def check_prolog_flags(flags: str) -> CheckResult:

@@ -33,6 +33,7 @@ PROCESS_ALLOWED: dict[str, str] = {
     "slurm_acme.ft.supervisor": "launches the training command itself when there is no allocation (local run)",
     "slurm_acme.ft.watch": "watches and stops the training process the supervisor started",
     "slurm_acme.health.transport": "reads the pipes of the health-check srun step it started",
+    "slurm_acme.admin.hookrun": "sacme admin check runs each installed hook once, timed, in its check mode",
     "slurm_acme.ft.requeue": "double-forks the requeue helper out of the job's process tree (os.fork/execv)",
 }
 #: What counts as starting a process: these modules, and these functions of ``os``/``pty``/``asyncio``.
