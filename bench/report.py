@@ -26,7 +26,6 @@ on a shared machine), ``sacme_startup_s`` (``sacme --help``: the floor any
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import resource
@@ -36,10 +35,12 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from slurm_acme.report.synthetic import TRACE_COLUMNS, acme_csv_row, synthetic_jobs
+from slurm_acme.report.synthetic import synthetic_jobs, write_trace_csv
 
 START = datetime(2023, 3, 1, tzinfo=timezone.utc).timestamp()
 SPAN_S = 183 * 86400.0
@@ -87,12 +88,14 @@ print(json.dumps({"workload": workload, "durations": durations, "states": states
 def generate(path: Path, n: int) -> str:
     """Write the CSV; return the busiest month (by UTC submit time)."""
     months: Counter[str] = Counter()
-    with path.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(TRACE_COLUMNS)
-        for job in synthetic_jobs(n, seed=2024, start_ts=START, span_s=SPAN_S, cluster="seren", users=300):
+
+    def counted(jobs: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for job in jobs:
             months[datetime.fromtimestamp(job["submit_ts"], timezone.utc).strftime("%Y-%m")] += 1
-            writer.writerow(acme_csv_row(job))
+            yield job
+
+    write_trace_csv(path, counted(synthetic_jobs(n, seed=2024, start_ts=START, span_s=SPAN_S, cluster="seren",
+                                                 users=300)))
     return months.most_common(1)[0][0]
 
 

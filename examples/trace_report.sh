@@ -13,16 +13,12 @@ mkdir -p "$dir"
 trace_db="sqlite:///$dir/trace.db"
 rm -f "$dir/trace.db"
 python3 - "$dir/trace_synthetic.csv" <<'PY'
-import csv, sys
+import sys
 from datetime import datetime, timezone
-from slurm_acme.report.synthetic import TRACE_COLUMNS, acme_csv_row, synthetic_jobs
+from slurm_acme.report.synthetic import synthetic_jobs, write_trace_csv
 start = datetime(2023, 3, 1, tzinfo=timezone.utc).timestamp()
 span = datetime(2023, 9, 1, tzinfo=timezone.utc).timestamp() - start
-with open(sys.argv[1], "w", newline="") as fh:
-    out = csv.writer(fh)
-    out.writerow(TRACE_COLUMNS)
-    for job in synthetic_jobs(30000, seed=1, start_ts=start, span_s=span, cluster="synthetic"):
-        out.writerow(acme_csv_row(job))
+write_trace_csv(sys.argv[1], synthetic_jobs(30000, seed=1, start_ts=start, span_s=span, cluster="synthetic"))
 PY
 echo "-- sacme import-trace ($dir/trace_synthetic.csv)" >&2
 sacme --db "$trace_db" import-trace "$dir/trace_synthetic.csv" --cluster synthetic >&2

@@ -7,7 +7,6 @@ time, so jobs submitted late on the last local day fall in the next month.
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from slurm_acme.report.synthetic import TRACE_COLUMNS, acme_csv_row, synthetic_jobs
+from slurm_acme.report.synthetic import synthetic_jobs, write_trace_csv
 
 PCTS = (10, 25, 50, 75, 90, 99)
 
@@ -37,11 +36,7 @@ def q(values: pd.Series, p: int) -> float | None:
 def test_imported_trace_month_matches_pandas(tmp_path: Path, sqlite_url: str) -> None:
     trace = tmp_path / "trace_seren.csv"
     start = datetime(2023, 6, 20, tzinfo=timezone.utc).timestamp()
-    with trace.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(TRACE_COLUMNS)
-        for job in synthetic_jobs(4000, seed=9, start_ts=start, span_s=45 * 86400, cluster="seren"):
-            writer.writerow(acme_csv_row(job))
+    write_trace_csv(trace, synthetic_jobs(4000, seed=9, start_ts=start, span_s=45 * 86400, cluster="seren"))
     sacme("--db", sqlite_url, "import-trace", str(trace), "--cluster", "seren")
     report = json.loads(sacme("--db", sqlite_url, "report", "--month", "2023-07", "--cluster", "seren",
                               "--format", "json"))

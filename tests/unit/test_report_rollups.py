@@ -5,7 +5,6 @@ the jobs is never used. SQLite and Postgres via the ``store`` fixture."""
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from test_report_compute import JULY, TDP, check, load, make_data
 from slurm_acme.ingest.trace import import_trace
 from slurm_acme.report.compute import build_report
 from slurm_acme.report.period import Period, month_period, parse_instant
-from slurm_acme.report.synthetic import TRACE_COLUMNS, acme_csv_row, synthetic_jobs
+from slurm_acme.report.synthetic import synthetic_jobs, write_trace_csv
 from slurm_acme.store.report import (
     JobAggregates,
     JobFilter,
@@ -109,12 +108,8 @@ def test_job_written_behind_the_rollups_back_switches_to_job_rows(loaded) -> Non
 
 def test_import_trace_leaves_current_rollups(store, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     trace = tmp_path / "trace_seren.csv"
-    with trace.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(TRACE_COLUMNS)
-        for job in synthetic_jobs(600, seed=5, start_ts=JULY.since_ts - 10 * 86400, span_s=40 * 86400,
-                                  cluster="seren"):
-            writer.writerow(acme_csv_row(job))
+    write_trace_csv(trace, synthetic_jobs(600, seed=5, start_ts=JULY.since_ts - 10 * 86400, span_s=40 * 86400,
+                                          cluster="seren"))
     import_trace(store, trace, cluster="seren")
     flt = JobFilter(JULY.since_ts, JULY.until_ts, "seren")
     assert rolled(store, flt)
