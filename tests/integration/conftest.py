@@ -137,26 +137,37 @@ def wait_for_job(slurm, job_id: str, *, timeout: float = 120, poll: float = 0.5)
         time.sleep(poll)
 
 
-def wait_for_accounting(slurm, job_ids, *, timeout: float = 120, poll: float = 1.0):  # type: ignore[no-untyped-def]
+def wait_for_accounting(slurm, job_ids, *, array_tasks=None, timeout: float = 120,  # type: ignore[no-untyped-def]
+                        poll: float = 1.0):
     """Poll ``sacct`` until every job in ``job_ids`` is finished in a time-window query.
 
     slurmctld reports a job's end to slurmdbd asynchronously, and on Slurm
     22.05 a windowed query (``-S``/``-E``, what ``sacme ingest`` runs) can
     lag a ``-j`` lookup of the same job by seconds. Tests that ingest from
     accounting wait for the same kind of query first.
+
+    ``array_tasks`` maps an array's job id to how many of its tasks must be
+    finished: each task is a record of its own and can lag its siblings (an
+    array task was seen missing for about 4 s after ``scontrol`` said it ended).
+    Returns the records of ``job_ids`` and of those arrays' tasks.
     """
     from datetime import datetime, timedelta, timezone
 
     wanted = {str(j) for j in job_ids}
+    arrays = {str(a): n for a, n in (array_tasks or {}).items()}
     deadline = time.monotonic() + timeout
     while True:
         now = datetime.now(timezone.utc)
         records = slurm.sacct(now - timedelta(hours=2), end=now)
-        done = {r.job_id for r in records if r.state.is_terminal() and r.end is not None}
-        if wanted <= done:
-            return [r for r in records if r.job_id in wanted]
+        finished = [r for r in records if r.state.is_terminal() and r.end is not None]
+        done = {r.job_id for r in finished}
+        tasks = {a: sum(r.array_job_id == a for r in finished) for a in arrays}
+        if wanted <= done and all(tasks[a] >= n for a, n in arrays.items()):
+            return [r for r in records if r.job_id in wanted or r.array_job_id in arrays]
         if time.monotonic() > deadline:
-            pytest.fail(f"jobs {sorted(wanted - done)} not finished in sacct after {timeout:.0f}s")
+            short = {a: f"{tasks[a]}/{n}" for a, n in arrays.items() if tasks[a] < n}
+            pytest.fail(f"not finished in sacct after {timeout:.0f}s: jobs {sorted(wanted - done)}, "
+                        f"array tasks {short}")
         time.sleep(poll)
 
 

@@ -96,30 +96,16 @@ def test_measured_runtimes_feed_the_next_plan(evaluation):
     assert again.plan.total_gpu_s == pytest.approx(sum(p.gpu_s for p in measured.values()))
 
 
-def _accounted_tasks(evaluation, arrays: set[str], expected: int):  # type: ignore[no-untyped-def]
-    """sacct's records of every array task once all ``expected`` have ended: slurmdbd learns of
-    each task's end asynchronously, and a windowed query can miss a task for seconds."""
-    import time
-
-    ids = evaluation["submitted"]["job_ids"]
-    deadline = time.monotonic() + 120
-    while True:
-        jobs = evaluation["slurm"].sacct(evaluation["started"], job_ids=list(ids.values()))
-        tasks = [j for j in jobs if j.array_job_id in arrays and j.state.is_terminal() and j.end is not None]
-        if len(tasks) >= expected:
-            return jobs
-        if time.monotonic() > deadline:
-            pytest.fail(f"sacct shows {len(tasks)} of {expected} array tasks of {sorted(arrays)} ended after 120s")
-        time.sleep(1)
-
-
-def test_sacct_shows_gpus_released_before_the_last_scoring_ends(evaluation):
+def test_sacct_shows_gpus_released_before_the_last_scoring_ends(evaluation, wait_accounted):
     ids = evaluation["submitted"]["job_ids"]
     gpu_arrays = {ids["gpu-0"], ids["gpu-1"]}
     score_arrays = {ids["score-0"], ids["score-1"]}
     work = evaluation["work"] / evaluation["submitted"]["eval_id"]
-    trials = len(json.loads((work / "spec.json").read_text())["trials"])
-    jobs = _accounted_tasks(evaluation, gpu_arrays | score_arrays, 2 * trials)
+    trials = json.loads((work / "spec.json").read_text())["trials"]
+    per_node = {node: sum(t["node"] == node for t in trials) for node in (0, 1)}
+    # scontrol said every job ended; sacct's windowed query may still lack a task for seconds
+    jobs = wait_accounted(evaluation["slurm"], [], array_tasks={
+        **{ids[f"gpu-{n}"]: per_node[n] for n in (0, 1)}, **{ids[f"score-{n}"]: per_node[n] for n in (0, 1)}})
     gpu = [j for j in jobs if j.array_job_id in gpu_arrays]
     score = [j for j in jobs if j.array_job_id in score_arrays]
     assert len(gpu) == len(score) >= 4
