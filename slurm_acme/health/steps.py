@@ -11,6 +11,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from slurm_acme.slurm.steps import StepRequest
 
@@ -30,7 +31,16 @@ class StepShape:
     python: str = sys.executable
 
 
-def _placement(job_id: str | None, minutes: int) -> dict[str, object]:
+class _Placement(TypedDict, total=False):
+    """Where a step runs: the :class:`StepRequest` fields that say so."""
+
+    job_id: str
+    overlap: bool
+    time_limit: str
+    job_name: str
+
+
+def _placement(job_id: str | None, minutes: int) -> _Placement:
     """Inside an allocation: join it and overlap; outside: a small one-off allocation."""
     if job_id:
         return {"job_id": job_id, "overlap": True}
@@ -52,7 +62,7 @@ def pair_test_step(group: Sequence[str], *, port: int, master: str,
     nodes = len(group)
     minutes = max(1, math.ceil((shape.startup_s + shape.timeout_s) / 60) + 1)
     request = StepRequest(
-        **_placement(shape.job_id, minutes),  # type: ignore[arg-type]
+        **_placement(shape.job_id, minutes),
         nodes=nodes, nodelist=tuple(group), ntasks=nodes * shape.tasks_per_node,
         ntasks_per_node=shape.tasks_per_node, cpus_per_task=1, overcommit=True, mem="0",
         kill_on_bad_exit=True, export="ALL", quiet=True,
@@ -71,7 +81,7 @@ def precheck_step(nodes: Sequence[str], *, job_id: str | None, expect_gpus: int 
                   python: str = sys.executable, timeout_s: float = 60.0) -> tuple[StepRequest, list[str]]:
     """One step with one task per node running the node-local pre-checks."""
     request = StepRequest(
-        **_placement(job_id, max(1, math.ceil(timeout_s / 60) + 1)),  # type: ignore[arg-type]
+        **_placement(job_id, max(1, math.ceil(timeout_s / 60) + 1)),
         nodes=len(nodes), nodelist=tuple(nodes), ntasks=len(nodes), ntasks_per_node=1,
         cpus_per_task=1, overcommit=True, mem="0", export="ALL", quiet=True,
     )
