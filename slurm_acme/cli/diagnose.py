@@ -70,7 +70,7 @@ def diagnose(app: AppContext, logs: tuple[str, ...], as_json: bool, explain: boo
     LLM agent. Every diagnosis is stored in the failures table. LOG may be
     '-' for stdin; files of any size are streamed in bounded memory.
     """
-    from slurm_acme.diagnose.api import conclude, scan_file
+    from slurm_acme.diagnose.api import scan_file
     from slurm_acme.diagnose.kit import load_kit
     from slurm_acme.store import failures as db
 
@@ -99,7 +99,7 @@ def diagnose(app: AppContext, logs: tuple[str, ...], as_json: bool, explain: boo
         if label is not None:
             verdict = _confirmed(store, diagnoser, label, origin, app.config.diagnosis.retrieval, kit.rulebook)
         else:
-            verdict = conclude(diagnoser, cases=kit.index, llm=kit.llm, threshold=kit.threshold)
+            verdict = kit.conclude(diagnoser)
         if kit.llm is not None and kit.llm.last_error:
             click.echo(f"sacme: warning: {kit.llm.last_error}", err=True)
         if store is not None:

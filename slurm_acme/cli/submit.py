@@ -114,9 +114,6 @@ def _when(ts: float | None) -> str:
 @pass_app
 def status(app: AppContext, ref: str | None, as_json: bool) -> None:
     """Show a run's attempts: nodes, endings, diagnoses, exclusions, checkpoints, goodput."""
-    from rich.console import Console
-    from rich.table import Table
-
     from slurm_acme.ft.status import run_view
     from slurm_acme.slurm import Slurm
 
@@ -125,6 +122,9 @@ def status(app: AppContext, ref: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(view.to_json())
         return
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
     console.print(f"run [bold]{view.run_id}[/] ({view.name})  state [bold]{view.state}[/]  "
                   f"job {view.job_id}  last step {view.last_step}")

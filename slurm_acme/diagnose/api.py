@@ -75,11 +75,11 @@ def conclude(
     threshold: float | None = None,
 ) -> Diagnosis:
     """Rules, then retrieval, then the LLM agent, on what ``diagnoser`` saw."""
-    from slurm_acme.diagnose.retrieval import as_index, default_threshold, query_text
-
     verdict = diagnoser.rule_result()
     if not verdict.is_unknown or diagnoser.lines_seen == 0:
         return verdict
+    from slurm_acme.diagnose.retrieval import as_index, default_threshold, query_text
+
     index = as_index(cases)
     text = query_text(diagnoser)
     if not text.strip():

@@ -27,9 +27,23 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    class _NumpyOnFirstUse:
+        """numpy, imported when a histogram is first built or read: the schema
+        imports the bin specs here, and most commands (``sacme diagnose``,
+        ``sacme status``) never touch a histogram."""
+
+        def __getattr__(self, name: str) -> Any:
+            import numpy
+
+            globals()["np"] = numpy
+            return getattr(numpy, name)
+
+    np = _NumpyOnFirstUse()
 
 HOUR_S = 3600.0
 

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_acme.cli.main import SACME_COMMANDS, LazyCommand, LazyGroup, sacme
+from slurm_acme.store import open_store
 
 #: Libraries no command may pay for before it uses them.
 HEAVY = ("sqlalchemy", "pydantic", "rich", "torch", "numpy", "yaml", "matplotlib", "psycopg")
@@ -76,3 +77,27 @@ def test_an_unknown_command_is_still_a_usage_error():
     result = CliRunner().invoke(sacme, ["no-such-command"])
     assert result.exit_code == 2
     assert "No such command 'no-such-command'" in result.output
+
+
+def test_a_diagnosis_a_rule_answers_builds_no_case_index(tmp_path):
+    log = tmp_path / "one.log"
+    log.write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    url = f"sqlite:///{tmp_path / 'acme.db'}"
+    open_store(url).dispose()  # an existing store: creating one runs the migrations
+    loaded = modules_after(["--db", url, "diagnose", str(log)], tmp_path)
+    unused = ("numpy", "rich", "http.client", "sqlalchemy.dialects.postgresql", "slurm_acme.diagnose.retrieval")
+    assert sorted(m for m in unused if m in loaded) == []
+
+
+def test_status_json_imports_no_renderer_or_numpy(tmp_path):
+    from slurm_acme.store import runs as run_store
+
+    url = f"sqlite:///{tmp_path / 'acme.db'}"
+    store = open_store(url)
+    try:
+        run_store.create_run(store, run_id="r1", name="n", cluster="c", user=None, spec="{}",
+                             workdir=str(tmp_path), created_ts=1.0, job_id="7", state="COMPLETED")
+    finally:
+        store.dispose()
+    loaded = modules_after(["--db", url, "status", "r1", "--json"], tmp_path)
+    assert sorted(m for m in ("numpy", "rich", "sqlalchemy.dialects.postgresql") if m in loaded) == []

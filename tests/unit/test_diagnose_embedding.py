@@ -84,8 +84,9 @@ def test_store_keeps_the_case_vectors_and_reuses_them(store):
     from slurm_acme.store import failures as db
 
     first = load_kit(DiagnosisConfig(retrieval="embedding"), store)
+    indexed = first.index.cases  # the index (and the vectors it saves) is built on first use
     stored = db.load_vectors(store, embedding.MODEL_NAME)
-    assert len(stored) == db.count_cases(store) == len(first.index.cases)
+    assert len(stored) == db.count_cases(store) == len(indexed)
     again = load_kit(DiagnosisConfig(retrieval="embedding"), store)
     assert again.index.computed == {}
     assert np.allclose(again.index.matrix, first.index.matrix)
