@@ -19,7 +19,7 @@ import csv
 import io
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -77,6 +77,12 @@ OPTIONAL_COLUMNS = tuple(c.name for c in COLUMNS if not c.required)
 
 _KIND_NAMES = {"int": "an integer", "num": "a number", "time": "an ISO-8601 timestamp"}
 
+#: The largest integer a trace may carry: the store's INTEGER columns are 32-bit
+#: on Postgres, and both backends must reject the same values.
+INT_MAX = 2**31 - 1
+#: The two columns whose order is checked across the row (end before start is a bad row).
+ORDERED_TIMES = ("start_time", "end_time")
+
 
 @dataclass(frozen=True)
 class BadRow:
@@ -94,11 +100,24 @@ class BadRow:
 
 def describe_problem(column: Column, value: str) -> str:
     """Why ``value`` is not acceptable in ``column`` (the same words on every path)."""
+    if "\x00" in value:
+        return "contains a NUL byte"
     if column.kind == "key":
         return "empty job id"
     if column.kind == "enum":
         return f"unknown {column.name}, expected one of {', '.join(column.choices)}"
+    if column.kind == "int" and value.isascii() and value.isdigit():
+        return f"out of range (at most {INT_MAX})"
+    if column.name == ORDERED_TIMES[1] and _is_time(value):
+        return f"{ORDERED_TIMES[1]} is before {ORDERED_TIMES[0]}"
     return f"not {_KIND_NAMES[column.kind]}"
+
+
+def _is_time(value: str) -> bool:
+    try:
+        return to_epoch(value) is not None
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -131,7 +150,16 @@ def _to_int(value: str) -> int:
         return 0
     if not (value.isascii() and value.isdigit()):
         raise ValueError(value)
-    return int(value)
+    number = int(value)  # a digit string past Python's 4300-digit limit raises ValueError too
+    if number > INT_MAX:
+        raise ValueError(value)
+    return number
+
+
+def _to_text(value: str) -> str:
+    if "\x00" in value:  # Postgres refuses NUL in text; SQLite would store it silently
+        raise ValueError(value)
+    return value
 
 
 def _to_num(value: str) -> float | None:
@@ -157,7 +185,7 @@ def to_epoch(value: str) -> float | None:
 def _converter(column: Column) -> Callable[[str], object]:
     if column.kind == "key":
         def key(value: str) -> str:
-            if not value:
+            if not value or "\x00" in value:
                 raise ValueError(value)
             return value
         return key
@@ -169,7 +197,7 @@ def _converter(column: Column) -> Callable[[str], object]:
                 raise ValueError(value)
             return value
         return enum
-    return {"text": str, "int": _to_int, "num": _to_num, "time": to_epoch}[column.kind]
+    return {"text": _to_text, "int": _to_int, "num": _to_num, "time": to_epoch}[column.kind]
 
 
 def check_header(header: list[str], path: str) -> list[Column | None]:
@@ -198,6 +226,12 @@ class RowConverter:
         self.columns = columns
         self.targets = tuple(c.target for c in columns if c is not None)
         self._plan = [(i, c, _converter(c)) for i, c in enumerate(columns) if c is not None]
+        # end_time before start_time is a bad row: (value index of start, of end, CSV position of end, its column)
+        self._order: tuple[int, int, int, Column] | None = None
+        used = {c.name: (k, i, c) for k, (i, c, _f) in enumerate(self._plan)}
+        if all(n in used for n in ORDERED_TIMES):
+            (start_at, _, _), (end_at, end_position, end_column) = (used[n] for n in ORDERED_TIMES)
+            self._order = (start_at, end_at, end_position, end_column)
 
     def convert(self, record: list[str], line: int) -> tuple | BadRow:
         values = []
@@ -206,6 +240,12 @@ class RowConverter:
                 values.append(convert(record[i]))
             except (ValueError, OverflowError):
                 return BadRow(self.path, line, column.name, record[i], describe_problem(column, record[i]))
+        if self._order is not None:
+            start_at, end_at, end_position, end_column = self._order
+            start, end = values[start_at], values[end_at]
+            if isinstance(start, float) and isinstance(end, float) and end < start:
+                value = record[end_position]
+                return BadRow(self.path, line, end_column.name, value, describe_problem(end_column, value))
         return tuple(values)
 
 
@@ -242,8 +282,10 @@ class TraceFile:
             raise InputError(f"{path}: cannot read: {exc.strerror}") from None
         self._raw = raw
         self._counter = _CountingReader(raw)
-        text = io.TextIOWrapper(io.BufferedReader(self._counter, 1 << 20), encoding="utf-8", newline="")
+        text = io.TextIOWrapper(io.BufferedReader(self._counter, 1 << 20), encoding="utf-8-sig", newline="")
         self.reader = csv.reader(text)
+        #: The file line the record being read starts on (a bad record is named by it).
+        self.record_line = 1
         try:
             header = next(self.reader)
         except StopIteration:
@@ -264,8 +306,19 @@ class TraceFile:
     def bytes_read(self) -> int:
         return self._counter.count
 
+    def __iter__(self) -> Iterator[list[str]]:
+        """The records after the header, keeping :attr:`record_line` (csv's
+        ``line_num`` has already moved past a record that fails to parse)."""
+        reader = self.reader
+        while True:
+            self.record_line = reader.line_num + 1
+            try:
+                yield next(reader)
+            except StopIteration:
+                return
+
     def unreadable(self, exc: Exception) -> InputError:
-        return InputError(f"{self.path}:{self.reader.line_num + 1}: unreadable CSV ({exc})")
+        return InputError(f"{self.path}:{self.record_line}: unreadable CSV ({exc})")
 
     def close(self) -> None:
         self._raw.close()
@@ -345,7 +398,8 @@ def _import_staged(store, run: _Run, *, cluster: str, source: str, batch_size: i
     from slurm_acme.store.job_import import StagedJobImport
 
     trace, width = run.trace, run.trace.width
-    with StagedJobImport(store, cluster=cluster, source=source, columns=trace.columns) as stage:
+    with StagedJobImport(store, cluster=cluster, source=source, columns=trace.columns,
+                         int_max=INT_MAX, ordered=ORDERED_TIMES) as stage:
         batch: list[list[str]] = []
         lines: list[int] = []  # file line of each record in the batch
         misshapen: list[BadRow] = []
@@ -368,7 +422,7 @@ def _import_staged(store, run: _Run, *, cluster: str, source: str, batch_size: i
             run.tick()
 
         try:
-            for record in trace.reader:
+            for record in trace:
                 if len(record) == width:
                     batch.append(record)
                     lines.append(trace.reader.line_num)
@@ -392,7 +446,7 @@ def _import_converted(store, run: _Run, *, cluster: str, source: str, batch_size
     with TraceWriter(store, cluster=cluster, source=source, fields=converter.targets) as writer:
         batch: list[tuple] = []
         try:
-            for record in trace.reader:
+            for record in trace:
                 if len(record) != trace.width:
                     if record:
                         run.bad(run.wrong_width(record))

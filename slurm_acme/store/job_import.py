@@ -112,12 +112,15 @@ def _sql_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _bad_predicate(kind: str, col: str, choices: Sequence[str]) -> str | None:
+def _bad_predicate(kind: str, col: str, choices: Sequence[str], int_max: int) -> str | None:
     """SQL that is true when ``col`` breaks the rules of its kind (see ingest.trace.Column)."""
     if kind == "key":
-        return f"{col} = ''"
+        return f"({col} = '' OR instr({col}, char(0)) > 0)"
+    if kind == "text":
+        return f"instr({col}, char(0)) > 0"  # Postgres refuses NUL in text; both backends reject it
     if kind == "int":
-        return f"({col} != '' AND {col} GLOB '*[^0-9]*')"
+        # CAST clamps a longer digit string to 2**63-1, which is past the limit too.
+        return f"({col} != '' AND ({col} GLOB '*[^0-9]*' OR CAST({col} AS INTEGER) > {int_max}))"
     if kind == "num":
         return f"({col} != '' AND ({col} GLOB '*[^0-9.]*' OR {col} GLOB '*.*.*' OR {col} = '.'))"
     if kind == "time":
@@ -166,18 +169,27 @@ class StagedJobImport:
     one ``INSERT ... SELECT`` converts and upserts the rest. Everything runs in
     one transaction, rolled back if the caller raises. ``columns`` gives, per
     CSV position, an object with ``target``, ``kind`` and ``choices``
-    (``slurm_acme.ingest.trace.Column``), or None to ignore that position.
+    (``slurm_acme.ingest.trace.Column``), or None to ignore that position;
+    ``int_max`` bounds integers and ``ordered`` names two time columns whose
+    order is checked (the trace module owns those rules).
     """
 
-    def __init__(self, store: Store, *, cluster: str, source: str, columns: Sequence) -> None:
+    def __init__(self, store: Store, *, cluster: str, source: str, columns: Sequence,
+                 int_max: int, ordered: tuple[str, str]) -> None:
         if store.dialect != "sqlite":
             raise ValueError("StagedJobImport is the SQLite path; use TraceWriter")
         self.store = store
         self._width = len(columns)
         self._conn = None
         self._cursor = None
-        checks = [(i, _bad_predicate(c.kind, f"c{i}", c.choices)) for i, c in enumerate(columns) if c is not None]
+        checks = [(i, _bad_predicate(c.kind, f"c{i}", c.choices, int_max))
+                  for i, c in enumerate(columns) if c is not None]
         checks = [(i, p) for i, p in checks if p]
+        names = [c.name if c is not None else None for c in columns]
+        if all(n in names for n in ordered):  # last: the columns' own rules come first
+            start, end = (f"c{names.index(n)}" for n in ordered)
+            checks.append((names.index(ordered[1]),
+                           f"({start} != '' AND {end} != '' AND julianday({end}) < julianday({start}))"))
         any_bad = " OR ".join(p for _i, p in checks) or "0"
         which = " ".join(f"WHEN {p} THEN {i}" for i, p in checks)
         value = " ".join(f"WHEN {p} THEN c{i}" for i, p in checks)

@@ -215,3 +215,74 @@ def test_fractional_seconds_are_kept(store, tmp_path):
     record[HEADER.index("submit_time")] = "2023-07-01 08:00:00.250+08:00"
     import_trace(store, write(tmp_path, "f.csv", ",".join(HEADER) + "\n" + ",".join(record) + "\n"), cluster="s")
     assert rows_by_id(store)["9"]["submit_ts"] == JULY_1_UTC + 0.25
+
+
+# -- hostile values (issue 12): the same bad rows on both backends, never a traceback --
+
+def one_bad_row_file(tmp_path: Path, column: str, value: str) -> Path:
+    record = list(GOOD)
+    record[HEADER.index(column)] = value
+    other = ["10", *GOOD[1:]]
+    text = ",".join(HEADER) + "\n" + ",".join(record) + "\n" + ",".join(other) + "\n"
+    path = tmp_path / "hostile.csv"
+    path.write_bytes(text.encode())
+    return path
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "reason"),
+    [
+        ("user", "ev\x00il", "contains a NUL byte"),
+        ("job_id", "9\x00", "contains a NUL byte"),
+        ("gpu_num", "1" * 25, "out of range (at most 2147483647)"),
+        ("node_num", "2147483648", "out of range (at most 2147483647)"),
+        ("end_time", "2023-07-01 08:00:05+08:00", "end_time is before start_time"),
+        ("end_time", "2023-07-01 00:00:05+00:00", "end_time is before start_time"),  # written in UTC
+    ],
+)
+def test_hostile_values_are_bad_rows_on_every_backend(store, tmp_path, column, value, reason):
+    result = import_trace(store, one_bad_row_file(tmp_path, column, value), cluster="s")
+    assert (result.rows, result.skipped) == (1, 1)
+    assert (result.bad[0].column, result.bad[0].line, result.bad[0].reason) == (column, 2, reason)
+    stored = rows_by_id(store)
+    assert list(stored) == ["10"]  # the hostile row is not in the store, clamped or otherwise
+    assert "\x00" not in stored["10"]["user"]
+
+
+def test_the_largest_integer_and_an_end_equal_to_start_are_kept(store, tmp_path):
+    record = list(GOOD)
+    record[HEADER.index("cpu_num")] = "2147483647"
+    record[HEADER.index("end_time")] = record[HEADER.index("start_time")]
+    path = write(tmp_path, "edge.csv", ",".join(HEADER) + "\n" + ",".join(record) + "\n")
+    result = import_trace(store, path, cluster="s")
+    assert (result.rows, result.skipped) == (1, 0)
+    assert rows_by_id(store)["9"]["cpus"] == 2147483647
+
+
+def test_a_leading_byte_order_mark_is_accepted(store, tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + SEREN.encode())
+    result = import_trace(store, path, cluster="seren")
+    assert (result.rows, result.skipped) == (3, 0)
+    assert sorted(rows_by_id(store)) == ["5001", "5002", "5003"]
+
+
+def test_a_huge_field_is_named_on_its_own_line_and_nothing_lands(store, tmp_path):
+    lines = SEREN.splitlines()
+    huge = lines[3].replace("carol", "c" * (10 << 20))  # a 10 MB field on file line 4
+    path = write(tmp_path, "huge.csv", "\n".join([*lines[:3], huge]) + "\n")
+    with pytest.raises(InputError, match=r"huge\.csv:4: unreadable CSV"):
+        import_trace(store, path, cluster="seren")
+    assert rows_by_id(store) == {}
+
+
+def test_cli_nul_and_overflow_are_one_line_each_exit_0_with_the_rest_imported(tmp_path, store):
+    path = tmp_path / "t.csv"
+    text = SEREN.replace("bob", "b\x00b").replace(",128,", ",1" + "0" * 24 + ",")
+    path.write_bytes(text.encode())
+    proc = run_cli("--db", store.url, "import-trace", str(path), "--cluster", "s")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    out = proc.stdout + proc.stderr
+    assert "t.csv:2: column 'cpu_num': out of range" in out and "t.csv:3: column 'user': contains a NUL byte" in out
+    assert list(rows_by_id(store)) == ["5003"]
