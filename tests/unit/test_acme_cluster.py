@@ -12,9 +12,11 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[2] / "sbin" / "acme-cluster"
 
 
-def print_config(*args: str) -> dict[str, str]:
+def print_config(*args: str, env: dict[str, str] | None = None) -> dict[str, str]:
     out = subprocess.run([sys.executable, str(SCRIPT), "print-config", *args],
-                         capture_output=True, text=True, check=True, timeout=30).stdout
+                         capture_output=True, text=True, check=True, timeout=30,
+                         env={k: v for k, v in os.environ.items() if k != "ACME_CLUSTER_HOOKS_DIR"}
+                         | (env or {})).stdout
     lines = [ln for ln in out.splitlines() if ln and not ln.startswith("#")]
     return {ln.split("=", 1)[0]: ln.split("=", 1)[1] for ln in lines}
 
@@ -33,6 +35,11 @@ def test_hooks_are_the_repos_absolute_paths(tmp_path):
     root = SCRIPT.parent.parent
     assert conf["Prolog"] == str(root / "prolog" / "acme-prolog")
     assert conf["Epilog"] == str(root / "epilog" / "acme-epilog")
+
+
+def test_hooks_from_an_installed_folder_when_asked(tmp_path):
+    conf = print_config("--dir", str(tmp_path), env={"ACME_CLUSTER_HOOKS_DIR": "/opt/x/libexec"})
+    assert conf["Prolog"] == "/opt/x/libexec/acme-prolog" and conf["Epilog"] == "/opt/x/libexec/acme-epilog"
 
 
 def test_settings_the_project_relies_on(tmp_path):
