@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class DistEnv:
+    """This process's place in the job (rank, world size, rank on its node), read
+    from torchrun's or Slurm's environment, so the checkpointer knows which
+    rank writes what without a process group."""
+
     rank: int
     world_size: int
     local_rank: int

@@ -32,6 +32,10 @@ _KEY_START = re.compile(rf"^\s*({'|'.join(KEYS)})=")
 
 @dataclass(frozen=True)
 class Fault:
+    """One injected failure (the test and demo fault plan): what happens
+    (``kind``), at which step, and optionally only on one rank, node or attempt,
+    so a scenario fails once and its recovery can be watched."""
+
     kind: str
     step: int
     rank: int | None = None

@@ -22,6 +22,9 @@ from slurm_acme.contracts import MetricEvent
 
 
 class Verdict(enum.IntEnum):
+    """What the loss-spike guard concluded about one step. An IntEnum so the
+    ranks can agree on the worst verdict with one all-reduce (max)."""
+
     OK = 0
     SPIKE = 1
     NAN = 2

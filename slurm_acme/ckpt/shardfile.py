@@ -49,6 +49,9 @@ def parse_header(raw: bytes | bytearray, path: Path) -> tuple[dict, int]:
 
 @dataclass(frozen=True)
 class LoadedShard:
+    """A shard read back and verified: the state's structure with tensor
+    placeholders (``skeleton``) and the tensors, in the order the skeleton names."""
+
     skeleton: Any
     tensors: list  # list[torch.Tensor]
 
