@@ -10,7 +10,7 @@ model that rejects unknown keys, so a typo is an error that names the file,
 the field and the value instead of a setting silently ignored.
 
 Settings that *grant* something (:data:`TRUSTED_ONLY`: who is an admin, running
-generated code without a sandbox) are read only from the system file, and only
+generated code without a sandbox, the drain policy) are read only from the system file, and only
 while root owns it and its folders and nobody else can write them
 (:func:`system_config`). A user's ``--config`` or ``$ACME_CONF`` may set every
 other option; a granting setting there is ignored with a warning.
@@ -35,7 +35,11 @@ log = logging.getLogger(__name__)
 
 SYSTEM_CONFIG = Path("/etc/acme/acme.toml")
 #: (section, key) honoured only from the trusted system config.
-TRUSTED_ONLY = (("report", "admin_group"), ("evaluate", "allow_unsandboxed_code"))
+TRUSTED_ONLY: tuple[tuple[str, str], ...] = (
+    ("report", "admin_group"), ("evaluate", "allow_unsandboxed_code"),
+    *(("nodes", key) for key in ("drain", "decisive_xids", "decisive_codes", "events_to_drain",
+                                 "window_hours", "max_drained_share")),
+)
 
 
 class _Section(BaseModel):
@@ -197,6 +201,33 @@ class EvaluateConfig(_Section):
         return self.lm_eval if backend == "lm-eval" else self.opencompass
 
 
+HardwareCode = Literal["ecc_dbe", "row_remap_failure", "gpu_lost"]
+HARDWARE_CODES: tuple[HardwareCode, ...] = get_args(HardwareCode)
+
+
+class NodesConfig(_Section):
+    """The drain policy (``[nodes]``): when a node with infrastructure events leaves
+    the pool. Draining is opt-in, and the whole section is read only from the
+    trusted system config: a user's config could otherwise drain the cluster."""
+
+    #: Drain nodes (``sacme nodes reconcile`` as root, and each root-run collector
+    #: for its own node). Off: the ledger is kept and reconcile only says what it would do.
+    drain: bool = False
+    #: XID codes that drain a node after one event (79 fallen off the bus, 48 double-bit
+    #: ECC, 94/95 contained/uncontained ECC).
+    decisive_xids: list[int] = Field(default_factory=lambda: [48, 79, 94, 95])
+    #: Other hardware events that drain after one: an uncorrectable (double-bit) ECC
+    #: error, a failed row remap, a GPU fallen off the bus.
+    decisive_codes: list[HardwareCode] = Field(default_factory=lambda: list(HARDWARE_CODES))
+    #: Infrastructure events (distinct jobs) within the window that drain a node.
+    events_to_drain: int = Field(default=2, ge=1)
+    #: The window, in hours. Events before a node's last resume never count.
+    window_hours: float = Field(default=24.0, gt=0)
+    #: At most this share of the cluster's nodes is drained by slurm-acme at once
+    #: (rounded down: 0.25 of 4 nodes is 1, 0.1 of 4 is none).
+    max_drained_share: float = Field(default=0.1, ge=0, le=1)
+
+
 class FilesConfig(_Section):
     #: Unix group given read access to the store, run and evaluation folders slurm-acme
     #: creates (0640 files, 2750 folders); empty keeps them private (0600 / 0700).
@@ -212,6 +243,7 @@ class AcmeConfig(_Section):
     diagnosis: DiagnosisConfig = Field(default_factory=DiagnosisConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     files: FilesConfig = Field(default_factory=FilesConfig)
+    nodes: NodesConfig = Field(default_factory=NodesConfig)
     #: Where this config was read from (None for built-in defaults).
     source: str | None = None
 
@@ -298,21 +330,37 @@ def untrusted_reason(path: Path) -> str | None:
     return None
 
 
+#: Root only: another system config path (a test cluster's, a staging copy). It must
+#: pass the same ownership checks; for anyone else it is ignored.
+SYSTEM_CONFIG_ENV = "ACME_SYSTEM_CONF"
+
+
+def system_config_path() -> Path:
+    """Where the trusted system config is: ``/etc/acme/acme.toml``, or for root
+    ``$ACME_SYSTEM_CONF`` (root could write /etc/acme anyway; a user's variable
+    never moves it)."""
+    override = os.environ.get(SYSTEM_CONFIG_ENV)
+    if override and os.geteuid() == 0:
+        return Path(override)
+    return SYSTEM_CONFIG
+
+
 def system_config() -> AcmeConfig:
     """The trusted system config (or built-in defaults): the only source of the
     :data:`TRUSTED_ONLY` settings."""
-    if not SYSTEM_CONFIG.exists():
+    path = system_config_path()
+    if not path.exists():
         return AcmeConfig()
-    reason = untrusted_reason(SYSTEM_CONFIG)
+    reason = untrusted_reason(path)
     if reason is not None:
-        log.warning("%s is not trusted (%s): its admin settings are ignored", SYSTEM_CONFIG, reason)
+        log.warning("%s is not trusted (%s): its admin settings are ignored", path, reason)
         return AcmeConfig()
-    return load_config(SYSTEM_CONFIG)
+    return load_config(path)
 
 
 def ignored_grants(config: AcmeConfig) -> list[str]:
     """Granting settings ``config`` sets that will not be honoured (it is not the system file)."""
-    if config.source is None or Path(config.source) == SYSTEM_CONFIG:
+    if config.source is None or Path(config.source) == system_config_path():
         return []
     defaults = AcmeConfig()
     return [f"{section}.{key}" for section, key in TRUSTED_ONLY

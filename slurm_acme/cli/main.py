@@ -52,6 +52,8 @@ SACME_COMMANDS: dict[str, LazyCommand] = {
     "db": LazyCommand("slurm_acme.cli.db:db", "Store administration."),
     "admin": LazyCommand("slurm_acme.cli.admin:admin",
                          "Put slurm-acme on a node (hooks, collector, unit, config) and check it."),
+    "nodes": LazyCommand("slurm_acme.cli.nodes:nodes",
+                         "Each node's health history and Slurm state; drain (reconcile) and resume."),
 }
 
 

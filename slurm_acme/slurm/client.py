@@ -27,6 +27,17 @@ class Runner(Protocol):
 _FIELD = re.compile(r"^[A-Za-z][A-Za-z0-9_:/]*$")
 
 
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _check_node_value(node: str, reason: str) -> None:
+    """One plain node name (no hostlist, no option), and a reason of printable text."""
+    if not _NODE_NAME.match(node):
+        raise ValueError(f"not a single node name: {node!r}")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in reason):
+        raise ValueError(f"a drain reason may not hold control characters: {reason!r}")
+
+
 def slurm_time(moment: datetime) -> str:
     """A datetime as Slurm's commands read it (local wall-clock time)."""
     local = moment.astimezone() if moment.tzinfo else moment
@@ -180,6 +191,17 @@ class Slurm:
         if not pairs:
             raise ValueError("update_job needs at least one field")
         self._run(["scontrol", "update", f"JobId={job_id}", *pairs])
+
+    def drain_node(self, node: str, reason: str) -> None:
+        """``scontrol update NodeName=N State=DRAIN Reason=...``: running jobs finish,
+        no new ones start. Needs Slurm operator rights (root or SlurmUser)."""
+        _check_node_value(node, reason)
+        self._run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+
+    def resume_node(self, node: str) -> None:
+        """``scontrol update NodeName=N State=RESUME``: back in service."""
+        _check_node_value(node, "")
+        self._run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
 
     def requeue(self, job_id: str | int, hold: bool = False) -> None:
         self._run(["scontrol", "requeuehold" if hold else "requeue", str(job_id)])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -155,6 +156,21 @@ class ScontrolNode:
     def gres(self) -> str:
         value = self.get("Gres")
         return "" if value == "(null)" else value
+
+    @property
+    def reason(self) -> str:
+        """Why the node is drained or down, without Slurm's ``[user@time]`` suffix."""
+        return re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", self.get("Reason")).strip()
+
+    @property
+    def drained(self) -> bool:
+        """Draining or drained (``IDLE+DRAIN``, ``MIXED+DRAIN``, ``DRAINING``, ...)."""
+        return "DRAIN" in self.state.upper()
+
+    @property
+    def unavailable(self) -> bool:
+        """Out of service for new jobs: drained, down or failed."""
+        return any(word in self.state.upper() for word in ("DRAIN", "DOWN", "FAIL"))
 
 
 @dataclass(frozen=True)

@@ -110,8 +110,28 @@ def record_failure(
         "log_path": log_path,
     }
     with store.engine.begin() as conn:
-        result = conn.execute(failures.insert().returning(failures.c.id), row)
-        return int(result.scalar_one())
+        failure_id = int(conn.execute(failures.insert().returning(failures.c.id), row).scalar_one())
+        event = culprit_event(row, failure_id)
+        if event is not None:
+            from slurm_acme.store.nodes import insert_events
+
+            insert_events(conn, [event])
+        return failure_id
+
+
+def culprit_event(row: Mapping[str, Any], failure_id: int) -> Any:
+    """The ledger event of a stored diagnosis: an infrastructure failure that names
+    its culprit node; None otherwise. A health check's finding (``source`` health)
+    is not one: the health check writes its own events, one per bad node."""
+    if row["origin"] != "infrastructure" or not row.get("node") or row.get("source") == "health":
+        return None
+    from slurm_acme.store.nodes import NodeEvent, diagnosis_code
+
+    evidence = decode_evidence(row["evidence"])
+    return NodeEvent(cluster=row.get("cluster") or "", node=str(row["node"]), ts=float(row["ts"]),
+                     source="diagnosis", category=str(row["category"]),
+                     code=diagnosis_code(row.get("rule_id"), evidence), job_id=row.get("job_id"),
+                     run_id=row.get("run_id"), failure_id=failure_id, evidence=evidence)
 
 
 def _failure_record(r: RowMapping) -> FailureRecord:

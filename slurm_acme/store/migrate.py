@@ -81,6 +81,16 @@ def _server_power_rollups(conn: Connection) -> None:
     server_totals_from_nodes(conn)
 
 
+def _node_ledger(conn: Connection) -> None:
+    """The node-health ledger (events per node) and the drains and resumes made."""
+    from slurm_acme.store.schema.nodes import node_actions, node_events
+
+    for table in (node_events, node_actions):
+        table.create(conn, checkfirst=True)
+        for index in table.indexes:
+            index.create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial schema", _create_initial),
     Migration(2, "hourly telemetry rollups", _hourly_rollups),
@@ -89,6 +99,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "row-level security keyed on the Slurm user (Postgres)", _row_security),
     Migration(6, "failure case vectors (embedding retrieval)", _case_vectors),
     Migration(7, "GPU share of server power in the cluster-hour rollups", _server_power_rollups),
+    Migration(8, "node-health ledger: node_events, node_actions", _node_ledger),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -52,12 +52,15 @@ VIA_PARENT: dict[str, str] = {
                      "AND j.job_id = ANY (string_to_array(node_samples.job_ids, ',')))"),
 }
 #: Reference data every user shares (read by all; see USER_WRITABLE for writes).
-SHARED = frozenset({"acme_meta", "eval_priors", "failure_cases", "failure_case_vectors", "failure_rules"})
+#: The node-health ledger is shared too: every user's supervisor reads it to keep
+#: bad nodes out of the next attempt, whoever's job hit them.
+SHARED = frozenset({"acme_meta", "eval_priors", "failure_cases", "failure_case_vectors", "failure_rules",
+                    "node_events", "node_actions"})
 #: Tables users write themselves (submit, supervise, seval, diagnose); the rest
 #: (jobs, samples, summaries, rollups) only admins' ingest and collectors write.
 USER_WRITABLE = frozenset({"runs", "attempts", "checkpoints", "failures", "eval_runs", "eval_trials",
                            "eval_results", "eval_priors", "failure_cases", "failure_case_vectors",
-                           "failure_rules"})
+                           "failure_rules", "node_events"})
 #: acme_meta keys remembering the roles granted, so later migrations re-grant them.
 GRANT_KEY = "grant:"
 

@@ -8,7 +8,7 @@ Postgres.
 
 from __future__ import annotations
 
-from slurm_acme.store.schema import ckpt, core, evaluate, failures, report, telemetry  # noqa: F401  (registers tables)
+from slurm_acme.store.schema import ckpt, core, evaluate, failures, nodes, report, telemetry  # noqa: F401  (registers tables)
 from slurm_acme.store.schema.base import metadata
 
 __all__ = ["metadata"]
