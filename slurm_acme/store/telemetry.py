@@ -19,9 +19,11 @@ from sqlalchemy import Connection, and_, case, delete, func, select, text, updat
 
 from slurm_acme.store import partitions, rollup_rows
 from slurm_acme.store.engine import Store, store_door
+from slurm_acme.store.nodes import EVENT_KEY
 from slurm_acme.store.rollups import GPU_KEY as GPU_HOUR_KEY
 from slurm_acme.store.rollups import NODE_KEY as NODE_HOUR_KEY
 from slurm_acme.store.rows import get_meta, set_meta, upsert
+from slurm_acme.store.schema.nodes import node_events
 from slurm_acme.store.schema.telemetry import (
     cluster_hourly,
     gpu_hourly,
@@ -130,10 +132,12 @@ class FlushResult:
     gpu_rows: int = 0
     node_rows: int = 0
     job_rows: int = 0
+    #: Hardware events sent to the node-health ledger.
+    event_rows: int = 0
 
     def __add__(self, other: FlushResult) -> FlushResult:
         return FlushResult(self.gpu_rows + other.gpu_rows, self.node_rows + other.node_rows,
-                           self.job_rows + other.job_rows)
+                           self.job_rows + other.job_rows, self.event_rows + other.event_rows)
 
 
 def _watermark(conn: Connection, table: str) -> int:
@@ -252,6 +256,7 @@ def flush(spool: Store, central: Store, *, batch: int, min_coverage: float) -> F
     """
     gpu = _copy_samples(spool, central, gpu_samples, GPU_KEY, batch)
     node = _copy_samples(spool, central, node_samples, NODE_KEY, batch)
+    events = _copy_samples(spool, central, node_events, EVENT_KEY, batch)
     _send_rollups(spool, central, batch)
     with spool.engine.connect() as sconn:
         pending = [dict(r._mapping) for r in sconn.execute(
@@ -264,7 +269,7 @@ def flush(spool: Store, central: Store, *, batch: int, min_coverage: float) -> F
                 c.cluster == row["cluster"], c.job_id == row["job_id"], c.node == row["node"],
                 func.coalesce(c.end_ts, -1.0) == (row["end_ts"] if row["end_ts"] is not None else -1.0),
             )).values(synced=1))
-    return FlushResult(gpu, node, len(pending))
+    return FlushResult(gpu, node, len(pending), events)
 
 
 def _send_rollups(spool: Store, central: Store, batch: int) -> int:

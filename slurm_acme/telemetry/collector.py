@@ -19,9 +19,11 @@ from slurm_acme.errors import AcmeError, StoreError
 from slurm_acme.files import make_private_dirs
 from slurm_acme.slurm import Slurm
 from slurm_acme.store import Store, open_store
+from slurm_acme.store import nodes as ledger
 from slurm_acme.store import telemetry as tstore
 from slurm_acme.telemetry import marks as markfiles
 from slurm_acme.telemetry.exporter import MetricsServer
+from slurm_acme.telemetry.hwevents import HardwareWatch
 from slurm_acme.telemetry.records import GPU_FIELDS, NODE_FIELDS, Reading
 from slurm_acme.telemetry.samplers import Sampler, build_samplers
 from slurm_acme.telemetry.settings import CollectorSettings
@@ -50,6 +52,9 @@ class Collector:
         self.said: set[str] = set()
         self.uuids: dict[int, str] = {}
         self.flush_due = False
+        #: Hardware events were spooled: after the next flush, apply the drain policy to this node.
+        self.drain_due = False
+        self.hardware = HardwareWatch(settings.cluster, settings.node)
         self.next_flush = 0.0
         self.next_prune = 0.0
         self.stop_event = threading.Event()
@@ -164,6 +169,12 @@ class Collector:
                              "source": fields.get("source") or "dcgm",
                              "flags": ",".join(fields.get("flags") or []) or None})
         tstore.insert_tick(self.spool, node_row, gpu_rows)
+        events = self.hardware.events(reading, busy, now)
+        if events:
+            ledger.record_events(self.spool, events)
+            for e in events:
+                log.warning("%s: hardware event: %s", s.node, e.evidence[0])
+            self.flush_due = self.drain_due = True
         if self.metrics is not None:
             self.metrics.update(gpu_rows, node_row)
 
@@ -269,6 +280,28 @@ class Collector:
         except AcmeError as exc:
             self.say_once("prune", "%s: raw-sample retention failed (will retry): %s", self.settings.node, exc)
 
+    def apply_drain_policy(self) -> None:
+        """Drain this node when its ledger calls for it: only a root-run collector
+        (Slurm operator rights), only with the system config's ``nodes.drain`` on,
+        and under the cluster-wide share cap. A refusal costs a warning."""
+        policy = self.settings.nodes
+        if not policy.drain or os.geteuid() != 0 or self.central is None:
+            return
+        from slurm_acme.nodes.reconcile import reconcile
+
+        s = self.settings
+        try:
+            result = reconcile(self.central, Slurm(timeout=s.slurm_timeout_s), policy, s.cluster,
+                               dry_run=False, only=[s.node])
+        except AcmeError as exc:
+            self.say_once("drain", "%s: cannot apply the drain policy: %s", s.node, exc)
+            return
+        for verdict in result.plan.held:
+            log.warning("%s: not drained, the share cap (%d) is reached: %s", s.node, result.plan.cap,
+                        verdict.reason(policy))
+        for node, error in result.refused:
+            log.warning("%s: Slurm refused to drain %s: %s", s.node, node, error)
+
     def flush(self) -> tstore.FlushResult | None:
         """Push the spool to the central store; None (and rows kept) when it is down."""
         assert self.spool is not None
@@ -288,6 +321,9 @@ class Collector:
                 self.central = None
             return None
         self.retention(self.clock())
+        if self.drain_due:
+            self.drain_due = False
+            self.apply_drain_policy()
         # Hold no connection between flushes: hundreds of nodes must not pin
         # hundreds of idle Postgres backends (the engine reconnects on use).
         self.central.dispose()

@@ -8,6 +8,9 @@ from typing import Any
 
 from slurm_acme.telemetry.records import Reading, checked
 
+#: ``NVML_ERROR_GPU_IS_LOST``: the GPU fell off the bus (pynvml's value).
+GPU_IS_LOST = 15
+
 
 class NvmlSampler:
     """Samples all GPUs NVML sees; ``nvml`` is the pynvml module (a fake in tests)."""
@@ -19,6 +22,7 @@ class NvmlSampler:
         self.handles: list[tuple[int, Any, str | None, int | None]] = []
         self.events: Any = None
         self.said: set[str] = set()
+        self._lost_now = False
 
     def probe(self) -> str | None:
         if self._nvml is None:
@@ -45,7 +49,9 @@ class NvmlSampler:
     def _call(self, fn: Any, *args: Any) -> Any:
         try:
             value = fn(*args)
-        except self._nvml.NVMLError:
+        except self._nvml.NVMLError as exc:
+            if getattr(exc, "value", None) == getattr(self._nvml, "NVML_ERROR_GPU_IS_LOST", GPU_IS_LOST):
+                self._lost_now = True
             return None
         return value.decode() if isinstance(value, bytes) else value
 
@@ -58,14 +64,14 @@ class NvmlSampler:
         except nv.NVMLError:
             self.events = None  # XID events unsupported here; the xid column stays empty
 
-    def _drain_xids(self) -> dict[int, int]:
-        """The latest XID per NVML device index since the last tick (non-blocking).
+    def _drain_xids(self) -> dict[int, list[int]]:
+        """Every XID per NVML device index since the last tick, in order (non-blocking).
 
         Keyed by index, not UUID: a GPU whose UUID NVML cannot read still gets
         its own XIDs, and an event from a device not probed lands on none.
         """
         nv = self._nvml
-        seen: dict[int, int] = {}
+        seen: dict[int, list[int]] = {}
         if self.events is None:
             return seen
         by_handle = {id(h): index for index, h, _, _ in self.handles}
@@ -76,7 +82,15 @@ class NvmlSampler:
                 return seen
             index = by_handle.get(id(event.device))
             if index is not None:
-                seen[index] = int(event.eventData)
+                seen.setdefault(index, []).append(int(event.eventData))
+
+    def _remap_failed(self, handle: Any) -> bool | None:
+        """Whether the GPU's row remapper has failed (A100 and later; None elsewhere)."""
+        remapped = getattr(self._nvml, "nvmlDeviceGetRemappedRows", None)
+        rows = self._call(remapped, handle) if remapped is not None else None
+        if not isinstance(rows, (tuple, list)) or len(rows) < 4:
+            return None
+        return bool(rows[3])
 
     def sample(self, busy: dict[int, str]) -> Reading:
         nv = self._nvml
@@ -84,6 +98,7 @@ class NvmlSampler:
         xids = self._drain_xids()
         for index, handle, uuid, minor in self.handles:
             flags: list[str] = []
+            self._lost_now = False
             util = self._call(nv.nvmlDeviceGetUtilizationRates, handle)
             memory = self._call(nv.nvmlDeviceGetMemoryInfo, handle)
             power_mw = self._call(nv.nvmlDeviceGetPowerUsage, handle)
@@ -102,7 +117,12 @@ class NvmlSampler:
                 "temp_c": checked(self._call(nv.nvmlDeviceGetTemperature, handle,
                                              nv.NVML_TEMPERATURE_GPU), "temp_c", flags),
                 "ecc_dbe": int(ecc_value) if ecc_value is not None else None,
-                "xid": xids.get(index),
+                "xid": seen[-1] if (seen := xids.get(index)) else None,
+                # Hardware events for the node-health ledger (not sample columns):
+                # every XID of the tick, the row remapper's failure, a GPU gone.
+                "xid_events": xids.get(index, []),
+                "remap_failed": self._remap_failed(handle),
+                "lost": self._lost_now,
                 "source": "nvml",
                 "flags": flags,
             }

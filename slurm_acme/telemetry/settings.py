@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from slurm_acme.config import AcmeConfig, TelemetryConfig
+from slurm_acme.config import AcmeConfig, NodesConfig, TelemetryConfig
 from slurm_acme.errors import InputError
 
 
@@ -46,6 +46,9 @@ class CollectorSettings:
     store_url: str | None
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     slurm_timeout_s: float = 10.0
+    #: The drain policy, from the trusted system config only: a root-run collector
+    #: drains its own node when its hardware events call for it.
+    nodes: NodesConfig = field(default_factory=NodesConfig)
 
     @classmethod
     def build(cls, cluster: str, node: str, store_url: str | None, *,
@@ -57,9 +60,12 @@ class CollectorSettings:
     @classmethod
     def from_config(cls, config: AcmeConfig, *, node: str | None = None,
                     store_url: str | None = None, **overrides: Any) -> CollectorSettings:
+        from slurm_acme.config import system_config
+
         return cls(cluster=config.cluster.name, node=node or default_node_name(),
                    store_url=store_url, telemetry=telemetry_with(config.telemetry, **overrides),
-                   slurm_timeout_s=min(config.slurm.command_timeout_s, 10.0))
+                   slurm_timeout_s=min(config.slurm.command_timeout_s, 10.0),
+                   nodes=system_config().nodes)
 
     @property
     def spool_dir(self) -> Path:

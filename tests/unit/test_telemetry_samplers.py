@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from nvml_fake import FakeNvml, FakeNVMLError
 
 from slurm_acme.telemetry.dcgm import DcgmSampler
 from slurm_acme.telemetry.ipmi import IpmiSampler
@@ -15,58 +15,6 @@ from slurm_acme.telemetry.nvml import NvmlSampler
 from slurm_acme.telemetry.synthetic import SyntheticGpuSampler
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "telemetry"
-
-
-class FakeNVMLError(Exception):
-    pass
-
-
-class FakeNvml:
-    """The subset of nvidia-ml-py's module API the sampler calls, with two GPUs."""
-
-    NVMLError = FakeNVMLError
-    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
-    NVML_VOLATILE_ECC = 0
-    NVML_TEMPERATURE_GPU = 0
-    nvmlEventTypeXidCriticalError = 8
-
-    def __init__(self, power_mw=(250_000, 4294967295), minors=(2, 5), events=True):
-        self.power_mw = power_mw
-        self.minors = minors
-        self.events = events
-        self.pending_xids: list[tuple[int, int]] = []
-        self.shutdown = False
-
-    def nvmlInit(self): pass
-    def nvmlShutdown(self): self.shutdown = True
-    def nvmlDeviceGetCount(self): return 2
-    def nvmlDeviceGetHandleByIndex(self, i): return SimpleNamespace(i=i)
-    def nvmlDeviceGetUUID(self, h): return f"GPU-fake-{h.i}".encode()
-    def nvmlDeviceGetMinorNumber(self, h): return self.minors[h.i]
-    def nvmlDeviceGetUtilizationRates(self, h): return SimpleNamespace(gpu=[97, 0][h.i], memory=3)
-    def nvmlDeviceGetMemoryInfo(self, h): return SimpleNamespace(used=[40, 0][h.i] * 2**30, total=80 * 2**30)
-    def nvmlDeviceGetPowerUsage(self, h): return self.power_mw[h.i]
-    def nvmlDeviceGetTemperature(self, h, sensor): return [71, 33][h.i]
-
-    def nvmlDeviceGetTotalEccErrors(self, h, kind, counter):
-        if h.i == 1:
-            raise FakeNVMLError("Not Supported")
-        return 2
-
-    def nvmlEventSetCreate(self):
-        if not self.events:
-            raise FakeNVMLError("Not Supported")
-        return "set"
-
-    def nvmlDeviceRegisterEvents(self, h, kinds, event_set):
-        self.handles = getattr(self, "handles", {})
-        self.handles[h.i] = h
-
-    def nvmlEventSetWait_v2(self, event_set, timeout_ms):
-        if not self.pending_xids:
-            raise FakeNVMLError("Timeout")
-        i, xid = self.pending_xids.pop(0)
-        return SimpleNamespace(device=self.handles[i], eventData=xid)
 
 
 def test_nvml_samples_every_gpu_keyed_by_minor_number():
