@@ -23,9 +23,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from slurm_acme.config import NodesConfig
 from slurm_acme.contracts import REQUEUE_HELPER_LOG, AttemptFile, attempt_file
 from slurm_acme.diagnose import Diagnosis
-from slurm_acme.errors import AcmeError, InputError
+from slurm_acme.errors import AcmeError, InputError, StoreError
 from slurm_acme.ft import policy
 from slurm_acme.ft.checkpoints import Checkpoint, find_checkpoints
 from slurm_acme.ft.launch import (
@@ -44,9 +45,11 @@ from slurm_acme.ft.spec import TrainSpec
 from slurm_acme.ft.states import AttemptOutcome, RunState
 from slurm_acme.ft.watch import Signals, StepWatch
 from slurm_acme.health.records import HealthReport
+from slurm_acme.nodes.policy import decisive_nodes
 from slurm_acme.slurm import JobState, Slurm, SlurmError, start_step, step_env
 from slurm_acme.store import Store
 from slurm_acme.store import failures as failure_store
+from slurm_acme.store import nodes as node_store
 from slurm_acme.store import runs as run_store
 
 __all__ = ["JobContext", "Signals", "Supervisor", "health_check"]
@@ -119,6 +122,9 @@ class Supervisor:
     #: The client for queries after a SIGTERM: they must fit in Slurm's KillWait (30 s by
     #: default) before the SIGKILL, so it has a short timeout; None: ``slurm``.
     after_term: Slurm | None = None
+    #: The drain policy whose window and decisive events say which ledger nodes a new
+    #: attempt keeps off; None: the trusted system config's, read when first needed.
+    node_policy: NodesConfig | None = None
     #: Nodes Slurm reported down the moment the SIGTERM arrived (see Signals.on_term).
     _down_at_term: tuple[str, ...] = field(default=(), init=False, repr=False)
 
@@ -244,6 +250,11 @@ class Supervisor:
             return policy.Decision(AttemptOutcome.REQUEUE, f"allocation holds excluded node(s) "
                                    f"{','.join(clash)}: requeue without them",
                                    exclude=tuple(clash), counts_as_restart=False)
+        marked = sorted(self._ledger_exclusions(nodes))
+        if marked:
+            return policy.Decision(AttemptOutcome.REQUEUE, f"the node-health ledger has recent decisive "
+                                   f"events on {','.join(marked)}: requeue without them",
+                                   exclude=tuple(marked), counts_as_restart=False)
         if self.spec.fault_tolerance.health_check != "allgather" or len(nodes) < 2:
             return None
         bad = self._health(nodes, "pre-flight")
@@ -259,6 +270,36 @@ class Supervisor:
         return policy.Decision(AttemptOutcome.REQUEUE, f"pre-flight health check: bad node(s) "
                                f"{','.join(bad)}", exclude=tuple(bad), diagnosis=finding)
 
+    def _ledger_exclusions(self, nodes: Sequence[str]) -> set[str]:
+        """Nodes of this allocation with a decisive event (an XID 79, an uncorrectable
+        ECC error, ...) in the ledger's window, drained yet or not: any job's, not
+        only this run's. A store that cannot say costs a log line, not the attempt."""
+        if not nodes:
+            return set()
+        if self.node_policy is None:
+            from slurm_acme.config import system_config
+
+            self.node_policy = system_config().nodes
+        try:
+            histories = node_store.histories(self.store, cluster=self.ctx.cluster, nodes=nodes)
+        except StoreError as exc:
+            self.log(f"cannot read the node-health ledger: {exc}")
+            return set()
+        return decisive_nodes(histories, self.node_policy, time.time())
+
+    def _record_health(self, bad: Sequence[str], why: str) -> None:
+        """Each node a health check flagged is a ledger event (source ``health``)."""
+        now = time.time()
+        events = [node_store.NodeEvent(cluster=self.ctx.cluster, node=node, ts=now, source="health",
+                                       category="HealthCheck", code=f"allgather:{why}",
+                                       job_id=self.ctx.job_id, run_id=self.ctx.run_id,
+                                       evidence=(f"{why} allgather health check failed on {node}",))
+                  for node in bad]
+        try:
+            node_store.record_events(self.store, events)
+        except StoreError as exc:
+            self.log(f"cannot record the health check in the node-health ledger: {exc}")
+
     # ---------------------------------------------------------- health
     def _health(self, nodes: Sequence[str], why: str) -> list[str]:
         self.log(f"{why} health check on {','.join(nodes)}")
@@ -270,6 +311,8 @@ class Supervisor:
             self.log(f"{why} health check could not run: {exc}")
             return []
         self.log(f"{why} health check: bad nodes {list(result.bad_nodes) or 'none'}")
+        if result.bad_nodes:
+            self._record_health(result.bad_nodes, why)
         return list(result.bad_nodes)
 
     # ------------------------------------------------------------ step

@@ -132,3 +132,51 @@ def test_preflight_health_check_excludes_bad_node_before_launch(tmp_path) -> Non
     assert (attempt.outcome, attempt.excluded) == ("requeue", ["node2"])
     assert spawns.calls[0]["exclude"] == ["node2"]
     assert not (tmp_path / "env.json").exists(), "the trainer must not start on a bad allocation"
+
+
+def test_preflight_health_check_records_each_bad_node_in_the_ledger(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from slurm_acme.store import nodes as ledger
+
+    sup, store, _ = make(tmp_path, "metric('done', 1)\n")
+    sup.spec = sup.spec.model_copy(update={
+        "nodes": 2, "fault_tolerance": sup.spec.fault_tolerance.model_copy(update={"health_check": "allgather"})})
+    sup.ctx = JobContext(**{**sup.ctx.__dict__, "nodelist": "node1,node2,node3"})
+    sup.health = lambda nodes, **kw: HealthReport(bad_nodes=("node2", "node3"), good_nodes=("node1",),
+                                                  rounds=2, tests=3)
+    sup.run()
+    got = [(e.node, e.source, e.job_id) for e in ledger.list_events(store)]
+    assert got == [("node2", "health", "42"), ("node3", "health", "42")]
+
+
+def test_a_new_attempt_keeps_off_a_node_with_a_recent_decisive_event(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    from slurm_acme.config import NodesConfig
+    from slurm_acme.store import nodes as ledger
+
+    sup, store, spawns = make(tmp_path, "metric('done', 1)\n")
+    sup.node_policy = NodesConfig()
+    sup.ctx = JobContext(**{**sup.ctx.__dict__, "nodelist": "node1,node2"})
+    ledger.record_events(store, [ledger.NodeEvent(cluster="acme", node="node2", ts=time.time() - 60,
+                                                  source="hardware", category="NodeFailure", code="xid:79",
+                                                  gpu_index=0, job_id="7")])
+    assert sup.run() == exitcodes.SUPERVISOR_REQUEUE
+    attempt = rs.list_attempts(store, "r1")[0]
+    assert (attempt.outcome, attempt.excluded) == ("requeue", ["node2"])
+    assert "node-health ledger" in attempt.details["reason"]
+    assert spawns.calls[0]["exclude"] == ["node2"]
+    assert not (tmp_path / "env.json").exists(), "the trainer must not start on a node the ledger marks"
+
+
+def test_a_non_decisive_ledger_event_does_not_keep_a_node_out(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    from slurm_acme.config import NodesConfig
+    from slurm_acme.store import nodes as ledger
+
+    sup, store, _ = make(tmp_path, "metric('done', 1)\n")
+    sup.node_policy = NodesConfig()
+    ledger.record_events(store, [ledger.NodeEvent(cluster="acme", node="node1", ts=time.time() - 60,
+                                                  source="diagnosis", category="NVLinkError",
+                                                  code="nvlink-error", job_id="7")])
+    assert sup._ledger_exclusions(["node1", "node2"]) == set()
