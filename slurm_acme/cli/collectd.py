@@ -55,7 +55,7 @@ def collectd(ctx: click.Context, app: AppContext, node: str | None, interval: fl
     """Run this node's telemetry collector (samples -> spool -> store).
 
     One runs per node; a second one exits at once. Hooks start it when it is
-    not running; a systemd unit (etc/systemd/acme-collectd.service) may too.
+    not running; the systemd unit `sacme admin install` writes may too.
     """
     if ctx.invoked_subcommand is not None:
         ctx.obj = app
