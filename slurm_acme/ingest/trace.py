@@ -23,10 +23,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO
+from typing import TYPE_CHECKING
 
 from slurm_acme.errors import InputError
 from slurm_acme.report.model import WORKLOAD_TYPES
+
+if TYPE_CHECKING:
+    from slurm_acme.store import Store
 
 #: Final states a trace row may carry (Slurm's terminal job states).
 TRACE_STATES = (
@@ -129,12 +132,14 @@ class ImportResult:
     seconds: float = 0.0
     #: The first bad rows, for the report (all are counted in ``skipped``).
     bad: list[BadRow] = field(default_factory=list)
+    #: Report rollup partitions (cluster-months) rebuilt after the import.
+    months_rebuilt: int = 0
 
     def to_json(self) -> dict:
         return {
             "path": self.path, "cluster": self.cluster, "rows": self.rows,
             "skipped": self.skipped, "seconds": round(self.seconds, 3),
-            "bad": [str(b) for b in self.bad],
+            "bad": [str(b) for b in self.bad], "months_rebuilt": self.months_rebuilt,
         }
 
 
@@ -197,7 +202,9 @@ def _converter(column: Column) -> Callable[[str], object]:
                 raise ValueError(value)
             return value
         return enum
-    return {"text": _to_text, "int": _to_int, "num": _to_num, "time": to_epoch}[column.kind]
+    converters: dict[str, Callable[[str], object]] = {"text": _to_text, "int": _to_int, "num": _to_num,
+                                                      "time": to_epoch}
+    return converters[column.kind]
 
 
 def check_header(header: list[str], path: str) -> list[Column | None]:
@@ -254,7 +261,7 @@ class RowConverter:
 class _CountingReader(io.RawIOBase):
     """A raw file wrapper that counts bytes read, for a cheap progress bar."""
 
-    def __init__(self, raw: IO[bytes]):
+    def __init__(self, raw: io.BufferedReader):
         self.raw = raw
         self.count = 0
 
@@ -359,7 +366,7 @@ class _Run:
 
 
 def import_trace(
-    store,  # type: ignore[no-untyped-def]
+    store: Store,
     path: str | Path,
     *,
     cluster: str,
@@ -381,20 +388,23 @@ def import_trace(
         run = _Run(trace, ImportResult(path=str(path), cluster=cluster), strict, max_reported, progress)
         source = f"trace:{path.name}"
         if store.dialect == "sqlite":
-            _import_staged(store, run, cluster=cluster, source=source, batch_size=batch_size)
+            days = _import_staged(store, run, cluster=cluster, source=source, batch_size=batch_size)
         else:
-            _import_converted(store, run, cluster=cluster, source=source, batch_size=batch_size)
+            days = _import_converted(store, run, cluster=cluster, source=source, batch_size=batch_size)
     from slurm_acme.store.report import refresh_job_rollups
 
-    refresh_job_rollups(store, cluster=cluster)  # sacme report's monthly rollups follow every import
+    # sacme report's monthly rollups follow every import: the months it wrote to or moved jobs out of
+    run.result.months_rebuilt = refresh_job_rollups(
+        store, [{"cluster": cluster, "submit_ts": day * 86400.0} for day in sorted(days)])
     if progress:
         progress(run.trace.size, run.trace.size)
     run.result.seconds = time.perf_counter() - started
     return run.result
 
 
-def _import_staged(store, run: _Run, *, cluster: str, source: str, batch_size: int) -> None:  # type: ignore[no-untyped-def]
-    """Raw records go to the store in batches; it checks and converts them in bulk."""
+def _import_staged(store: Store, run: _Run, *, cluster: str, source: str, batch_size: int) -> set[int]:
+    """Raw records go to the store in batches; it checks and converts them in bulk.
+    Returns the UTC days the import touched."""
     from slurm_acme.store.job_import import StagedJobImport
 
     trace, width = run.trace, run.trace.width
@@ -435,10 +445,12 @@ def _import_staged(store, run: _Run, *, cluster: str, source: str, batch_size: i
         except (UnicodeDecodeError, csv.Error) as exc:
             raise trace.unreadable(exc) from None
         flush()
+    return stage.touched_days
 
 
-def _import_converted(store, run: _Run, *, cluster: str, source: str, batch_size: int) -> None:  # type: ignore[no-untyped-def]
-    """Rows are checked and converted here and streamed to the store (``COPY``)."""
+def _import_converted(store: Store, run: _Run, *, cluster: str, source: str, batch_size: int) -> set[int]:
+    """Rows are checked and converted here and streamed to the store (``COPY``).
+    Returns the UTC days the import touched."""
     from slurm_acme.store.job_import import TraceWriter
 
     trace = run.trace
@@ -465,3 +477,4 @@ def _import_converted(store, run: _Run, *, cluster: str, source: str, batch_size
             raise trace.unreadable(exc) from None
         writer.write(batch)
         run.result.rows += len(batch)
+    return writer.touched_days

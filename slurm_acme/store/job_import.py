@@ -1,16 +1,21 @@
 """Bulk writes of job rows: the fast path behind ``sacme import-trace``.
 
 One transaction per import, so a failed or ``--strict``-aborted import leaves
-nothing behind. SQLite gets one prepared upsert run with ``executemany``;
-Postgres gets ``COPY`` into a temporary table and one ``INSERT ... SELECT ...
-ON CONFLICT`` at the end, the way a site-scale store wants it.
+nothing behind. SQLite stages raw text and checks and converts it in SQL
+(:class:`StagedJobImport`); Postgres gets ``COPY`` of converted rows into a
+temporary table and one ``INSERT ... SELECT ... ON CONFLICT`` at the end, the
+way a site-scale store wants it (:class:`TraceWriter`). Both collect the days
+the import touched (new rows and the rows they replace), so only those months'
+report rollups are rebuilt.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 from slurm_acme.store.engine import Store
 from slurm_acme.store.schema.core import jobs
@@ -18,12 +23,25 @@ from slurm_acme.store.schema.core import jobs
 _KEY = ("cluster", "job_id")
 #: Page cache for one import connection, in KiB (SQLite's default is 2 MiB).
 SQLITE_IMPORT_CACHE_KIB = 512 * 1024
+DAY_S = 86400.0
+
+
+def _days(values: Iterable[Any]) -> set[int]:
+    """UTC day numbers (days since the epoch) of epoch seconds; NULLs skipped."""
+    return {math.floor(float(v)) for v in values if v is not None}
 
 
 class TraceWriter:
-    """Upserts rows of ``fields`` (plus cluster and source) into ``jobs``."""
+    """Upserts rows of ``fields`` (plus cluster and source) into ``jobs`` on Postgres.
+
+    ``touched_days`` collects the UTC days (of ``submit_ts``) of the rows
+    written and of the rows they replace, so only those months' report
+    rollups are rebuilt afterwards.
+    """
 
     def __init__(self, store: Store, *, cluster: str, source: str, fields: Sequence[str]):
+        if store.dialect != "postgresql":
+            raise ValueError("TraceWriter is the Postgres path; use StagedJobImport")
         unknown = [f for f in fields if f not in jobs.c]
         if unknown:
             raise ValueError(f"not jobs columns: {unknown}")
@@ -32,22 +50,17 @@ class TraceWriter:
         self.source = source
         self.fields = tuple(fields)
         self.columns = ("cluster", "source", *self.fields)
-        self._conn = None
-        self._cursor = None
+        self._submit = self.fields.index("submit_ts") if "submit_ts" in self.fields else None
+        self.touched_days: set[int] = set()
+        self._conn: Any = None
+        self._cursor: Any = None
 
     # -- context management -------------------------------------------------
     def __enter__(self) -> TraceWriter:
         self._conn = self.store.engine.raw_connection()
         self._cursor = self._conn.cursor()
-        if self.store.dialect == "sqlite":
-            # A big page cache keeps hot b-tree pages from spilling to the WAL
-            # again and again inside the one long transaction.
-            self._cursor.execute(f"PRAGMA cache_size=-{SQLITE_IMPORT_CACHE_KIB}")
-        if self.store.dialect == "postgresql":
-            cols = ", ".join(f'"{c}"' for c in self.columns)
-            self._cursor.execute(
-                f"CREATE TEMP TABLE acme_import ON COMMIT DROP AS SELECT {cols} FROM jobs WITH NO DATA"
-            )
+        cols = ", ".join(f'"{c}"' for c in self.columns)
+        self._cursor.execute(f"CREATE TEMP TABLE acme_import ON COMMIT DROP AS SELECT {cols} FROM jobs WITH NO DATA")
         return self
 
     def __exit__(
@@ -59,8 +72,12 @@ class TraceWriter:
         assert self._conn is not None and self._cursor is not None
         try:
             if exc_type is None:
-                if self.store.dialect == "postgresql":
-                    self._cursor.execute(self._merge_sql())
+                # the days of the rows about to be replaced: their months lose them
+                self._cursor.execute(
+                    f"SELECT DISTINCT floor(j.submit_ts / {DAY_S}) FROM jobs j JOIN acme_import i "
+                    "ON j.cluster = i.cluster AND j.job_id = i.job_id WHERE j.submit_ts IS NOT NULL")
+                self.touched_days |= _days(r[0] for r in self._cursor.fetchall())
+                self._cursor.execute(self._merge_sql())
                 self._conn.commit()
             else:
                 self._conn.rollback()
@@ -73,25 +90,17 @@ class TraceWriter:
         """Queue ``rows`` (tuples in ``fields`` order) into the transaction."""
         if not rows:
             return
+        if self._submit is not None:
+            at = self._submit
+            self.touched_days |= _days(row[at] / DAY_S for row in rows if row[at] is not None)
         prefix = (self.cluster, self.source)
-        if self.store.dialect == "postgresql":
-            cols = ", ".join(f'"{c}"' for c in self.columns)
-            with self._cursor.copy(f"COPY acme_import ({cols}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(prefix + row)
-        else:
-            self._cursor.executemany(self._sqlite_sql(), [prefix + row for row in rows])
+        cols = ", ".join(f'"{c}"' for c in self.columns)
+        with self._cursor.copy(f"COPY acme_import ({cols}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(prefix + row)
 
     def _assignments(self) -> str:
         return ", ".join(f'"{c}" = excluded."{c}"' for c in self.columns if c not in _KEY)
-
-    def _sqlite_sql(self) -> str:
-        cols = ", ".join(f'"{c}"' for c in self.columns)
-        marks = ", ".join("?" for _ in self.columns)
-        return (
-            f"INSERT INTO jobs ({cols}) VALUES ({marks}) "
-            f"ON CONFLICT (cluster, job_id) DO UPDATE SET {self._assignments()}"
-        )
 
     def _merge_sql(self) -> str:
         cols = ", ".join(f'"{c}"' for c in self.columns)
@@ -169,9 +178,18 @@ class StagedJobImport:
     one ``INSERT ... SELECT`` converts and upserts the rest. Everything runs in
     one transaction, rolled back if the caller raises. ``columns`` gives, per
     CSV position, an object with ``target``, ``kind`` and ``choices``
-    (``slurm_acme.ingest.trace.Column``), or None to ignore that position;
-    ``int_max`` bounds integers and ``ordered`` names two time columns whose
-    order is checked (the trace module owns those rules).
+        self._conn: Any = None
+        self._cursor: Any = None
+        self._had_rows = True
+        self.touched_days: set[int] = set()
+        predicates = [(i, _bad_predicate(c.kind, f"c{i}", c.choices, int_max))
+                      for i, c in enumerate(columns) if c is not None]
+        checks = [(i, p) for i, p in predicates if p]
+        names = [c.name if c is not None else None for c in columns]
+        if all(n in names for n in ordered):  # last: the columns' own rules come first
+            start, end = (f"c{names.index(n)}" for n in ordered)
+            checks.append((names.index(ordered[1]),
+                           f"({start} != '' AND {end} != '' AND julianday({end}) < julianday({start}))"))
     """
 
     def __init__(self, store: Store, *, cluster: str, source: str, columns: Sequence,
@@ -179,12 +197,15 @@ class StagedJobImport:
         if store.dialect != "sqlite":
             raise ValueError("StagedJobImport is the SQLite path; use TraceWriter")
         self.store = store
+        self.cluster = cluster
         self._width = len(columns)
-        self._conn = None
-        self._cursor = None
-        checks = [(i, _bad_predicate(c.kind, f"c{i}", c.choices, int_max))
-                  for i, c in enumerate(columns) if c is not None]
-        checks = [(i, p) for i, p in checks if p]
+        self._conn: Any = None
+        self._cursor: Any = None
+        self._had_rows = True
+        self.touched_days: set[int] = set()
+        predicates = [(i, _bad_predicate(c.kind, f"c{i}", c.choices, int_max))
+                      for i, c in enumerate(columns) if c is not None]
+        checks = [(i, p) for i, p in predicates if p]
         names = [c.name if c is not None else None for c in columns]
         if all(n in names for n in ordered):  # last: the columns' own rules come first
             start, end = (f"c{names.index(n)}" for n in ordered)
@@ -210,6 +231,17 @@ class StagedJobImport:
             f"SELECT {', '.join(values)} FROM acme_stage WHERE rowid NOT IN (SELECT id FROM acme_bad) "
             f"ORDER BY rowid ON CONFLICT (cluster, job_id) DO UPDATE SET {update}"
         )
+        position = {c.target: i for i, c in used}
+        good = "s.rowid NOT IN (SELECT id FROM acme_bad)"
+        self._sql_new_days = self._sql_old_days = None
+        if "submit_ts" in position:
+            submit = f"s.c{position['submit_ts']}"
+            self._sql_new_days = (f"SELECT DISTINCT julianday({submit}) - 2440587.5 FROM acme_stage s "
+                                  f"WHERE {submit} != '' AND {good}")
+        if "job_id" in position:
+            self._sql_old_days = (f"SELECT DISTINCT j.submit_ts / {DAY_S} FROM acme_stage s JOIN jobs j "
+                                  f"ON j.cluster = ? AND j.job_id = s.c{position['job_id']} "
+                                  f"WHERE j.submit_ts IS NOT NULL AND {good}")
 
     def __enter__(self) -> StagedJobImport:
         self._conn = self.store.engine.raw_connection()
@@ -221,6 +253,8 @@ class StagedJobImport:
         cols = ", ".join(f"c{i} TEXT" for i in range(self._width))
         self._cursor.execute(f"CREATE TEMP TABLE acme_stage ({cols})")
         self._cursor.execute("CREATE TEMP TABLE acme_bad (id INTEGER PRIMARY KEY)")
+        self._had_rows = self._cursor.execute(
+            "SELECT 1 FROM jobs WHERE cluster = ? LIMIT 1", (self.cluster,)).fetchone() is not None
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
@@ -250,5 +284,9 @@ class StagedJobImport:
         first_bad = []
         if bad_count and report > 0:
             first_bad = [(int(r[0]) - 1, int(r[1]), r[2]) for r in cur.execute(self._sql_first_bad, (report,))]
+        if self._sql_new_days is not None:
+            self.touched_days |= _days(r[0] for r in cur.execute(self._sql_new_days))
+        if self._sql_old_days is not None and self._had_rows:
+            self.touched_days |= _days(r[0] for r in cur.execute(self._sql_old_days, (self.cluster,)))
         cur.execute(self._sql_merge)
         return StagedBatch(len(records) - bad_count, bad_count, first_bad)

@@ -286,3 +286,32 @@ def test_cli_nul_and_overflow_are_one_line_each_exit_0_with_the_rest_imported(tm
     out = proc.stdout + proc.stderr
     assert "t.csv:2: column 'cpu_num': out of range" in out and "t.csv:3: column 'user': contains a NUL byte" in out
     assert list(rows_by_id(store)) == ["5003"]
+
+
+def _parts(store) -> dict[float, tuple[int, float]]:  # type: ignore[no-untyped-def]
+    from slurm_acme.store.schema.report import report_rollup_parts as parts
+
+    with store.engine.connect() as conn:
+        return {r.month_ts: (r.jobs, r.built_ts) for r in conn.execute(select(parts).where(parts.c.cluster == "seren"))}
+
+
+SEREN_HEADER = SEREN.splitlines()[0]
+MARCH, APRIL, MAY = 1677628800.0, 1680307200.0, 1682899200.0  # 2023-03-01, -04-01, -05-01 UTC
+
+
+def _job(job_id: str, day: str) -> str:
+    return f"{job_id},alice,1,8,64,SFT,COMPLETED,{day} 12:00:00+00:00,{day} 12:00:00+00:00,{day} 13:00:00+00:00,3600,0,28800"
+
+
+def test_an_import_rebuilds_only_the_months_it_wrote_to_or_moved_jobs_out_of(store, tmp_path):
+    first = write(tmp_path, "a.csv", "\n".join([SEREN_HEADER, _job("1", "2023-03-10"), _job("2", "2023-04-10"),
+                                                _job("3", "2023-05-10")]) + "\n")
+    assert import_trace(store, first, cluster="seren").months_rebuilt == 3
+    before = _parts(store)
+    assert {m: n for m, (n, _t) in before.items()} == {MARCH: 1, APRIL: 1, MAY: 1}
+    # job 1 moves from March to May; April is untouched
+    moved = write(tmp_path, "b.csv", "\n".join([SEREN_HEADER, _job("1", "2023-05-20")]) + "\n")
+    assert import_trace(store, moved, cluster="seren").months_rebuilt == 2
+    after = _parts(store)
+    assert after[APRIL] == before[APRIL]
+    assert (after[MARCH][0], after[MAY][0]) == (0, 2)
