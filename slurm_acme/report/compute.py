@@ -393,7 +393,7 @@ def _failure_rows(groups: list[FailureGroup]) -> list[dict[str, Any]]:
 
 
 def failure_section(reader: ReportReader) -> dict[str, Any] | None:
-    """Failures per (origin, category) and per origin; ``None`` without any."""
+    """Failures per (origin, category), per origin and per node; ``None`` without any."""
     by_category = _failure_rows(reader.failures(by_category=True))
     if not by_category:
         return None
@@ -401,7 +401,15 @@ def failure_section(reader: ReportReader) -> dict[str, Any] | None:
         "total": float(sum(r["count"] for r in by_category)),
         "by_category": by_category,
         "by_origin": _failure_rows(reader.failures(by_category=False)),
+        "by_node": node_rows(reader),
     }
+
+
+def node_rows(reader: ReportReader) -> list[dict[str, Any]]:
+    """The per-node view from the node-health ledger: events, jobs hit, GPU time lost."""
+    return [{"node": n.node, "events": float(n.events), "jobs_hit": float(n.jobs_hit),
+             "gpu_hours_lost": n.gpu_time_lost_s / 3600.0, "categories": list(n.categories)}
+            for n in reader.node_losses()]
 
 
 def _compare(overview: dict[str, Any], states: dict[str, Any], flt: JobFilter) -> list[dict[str, Any]]:

@@ -179,7 +179,15 @@ def failures_tables(f: dict[str, Any]) -> list[TableView]:
     by_category = TableView("by category", ("origin", "category", *cols),
                             tuple((r["origin"], r["category"], *row(r)) for r in f["by_category"]),
                             long=len(f["by_category"]) > 12, text_columns=2)
-    return [by_origin, by_category]
+    nodes = f.get("by_node") or []
+    by_node = TableView("by node (node-health ledger)", ("node", "categories", "events", "jobs hit", "GPU-hours lost"),
+                        tuple((r["node"], ", ".join(r["categories"]), fmt(r["events"], "count"),
+                               fmt(r["jobs_hit"], "count"), fmt(r["gpu_hours_lost"], "hours")) for r in nodes),
+                        note="Events: infrastructure events that named the node (diagnoses, health checks, "
+                             "its collector's hardware events). GPU-hours lost: GPUs x time to failure of "
+                             "the failed attempts whose diagnosis named it.",
+                        long=len(nodes) > 12, text_columns=2)
+    return [by_origin, by_category, by_node] if nodes else [by_origin, by_category]
 
 
 #: Rows of the compare table: AcmeTrace summary columns, in reading order.

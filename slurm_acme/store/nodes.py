@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, RowMapping, and_, func, select, text
+from sqlalchemy import ColumnElement, Connection, RowMapping, and_, func, select, text
 
 from slurm_acme.store.engine import Store, store_door
 from slurm_acme.store.failures import decode_evidence, encode_evidence
@@ -224,28 +224,40 @@ def node_losses(store: Store, *, cluster: str | None = None, since: float | None
                 until: float | None = None) -> list[NodeLoss]:
     """Per node: ledger events, jobs hit, and the GPU time of the failed attempts
     that named it (``gpus x time to failure`` of their diagnoses), worst first."""
-    e, f = node_events.c, failures.c
-    conds = []
+    with store.engine.connect() as conn:
+        return losses_on(conn, window_conds(cluster, since, until))
+
+
+def window_conds(cluster: str | None, since: float | None, until: float | None) -> list[ColumnElement[bool]]:
+    """Conditions on ``node_events`` for a cluster and a ``[since, until)`` window."""
+    e = node_events.c
+    conds: list[ColumnElement[bool]] = []
     if cluster is not None:
         conds.append(e.cluster == cluster)
     if since is not None:
         conds.append(e.ts >= since)
     if until is not None:
         conds.append(e.ts < until)
+    return conds
+
+
+def losses_on(conn: Connection, conds: Sequence[ColumnElement[bool]]) -> list[NodeLoss]:
+    """:func:`node_losses` on an open connection, for the events ``conds`` select
+    (the report adds its own, e.g. only the selected jobs)."""
+    e, f = node_events.c, failures.c
     query = (select(e.node, e.category, e.job_id, e.failure_id, f.gpus, f.time_to_failure_s)
              .select_from(node_events.outerjoin(failures, f.id == e.failure_id))
              .where(and_(True, *conds)))
     per: dict[str, _Tally] = {}
-    with store.engine.connect() as conn:
-        for node, category, job_id, failure_id, gpus, ttf in conn.execute(query):
-            tally = per.setdefault(node, _Tally())
-            tally.events += 1
-            tally.categories.add(category)
-            if job_id:
-                tally.jobs.add(job_id)
-            if failure_id is not None and failure_id not in tally.failures:
-                tally.failures.add(failure_id)
-                tally.lost += float(gpus or 0) * float(ttf or 0.0)
+    for node, category, job_id, failure_id, gpus, ttf in conn.execute(query):
+        tally = per.setdefault(node, _Tally())
+        tally.events += 1
+        tally.categories.add(category)
+        if job_id:
+            tally.jobs.add(job_id)
+        if failure_id is not None and failure_id not in tally.failures:
+            tally.failures.add(failure_id)
+            tally.lost += float(gpus or 0) * float(ttf or 0.0)
     out = [NodeLoss(node=n, events=t.events, jobs_hit=len(t.jobs), gpu_time_lost_s=t.lost,
                     categories=tuple(sorted(t.categories))) for n, t in per.items()]
     return sorted(out, key=lambda x: (-x.gpu_time_lost_s, -x.events, x.node))

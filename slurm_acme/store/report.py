@@ -52,9 +52,11 @@ from sqlalchemy import (
 )
 
 from slurm_acme.slurm.states import JobState
+from slurm_acme.store.nodes import NodeLoss, losses_on, window_conds
 from slurm_acme.store.rollup_rows import RolledTelemetry, cluster_telemetry, jobs_telemetry
 from slurm_acme.store.schema.core import jobs
 from slurm_acme.store.schema.failures import failures
+from slurm_acme.store.schema.nodes import node_events
 from slurm_acme.store.schema.report import (
     ROLLUP_TABLES,
     report_job_groups,
@@ -685,6 +687,17 @@ class ReportReader:
                 recovery_median_s=medians["recovery"].get(key, {}).get(50),
             ))
         return out
+
+
+    def node_losses(self) -> list[NodeLoss]:
+        """The node-health ledger per node over the report's window: events, jobs
+        hit, GPU time lost (only the selected jobs' events under a user or type filter)."""
+        self._matched()
+        conds = window_conds(self.flt.cluster, self.flt.since_ts, self.flt.until_ts)
+        if self.flt.narrows_jobs:
+            s, e = selected.c, node_events.c
+            conds.append(exists().where(and_(s.cluster == e.cluster, s.job_id == e.job_id)))
+        return losses_on(self._conn, conds)
 
 
 @contextmanager

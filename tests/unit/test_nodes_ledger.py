@@ -276,3 +276,26 @@ def test_sacme_nodes_lists_and_shows_the_ledger(store, tmp_path):
     missing = sacme(db, "nodes", "show", "node9")
     assert missing.returncode == 2 and missing.stderr.count("\n") == 2  # the warning and one error line
     assert "node 'node9': neither the ledger nor Slurm knows it" in missing.stderr
+
+
+# ------------------------------------------------------------------ report
+
+def test_the_reports_failures_section_has_a_per_node_view(store):
+    from slurm_acme.report.compute import failure_section
+    from slurm_acme.report.views import failures_tables
+    from slurm_acme.store.report import JobFilter, read_report
+
+    record_failure(store, NVLINK, cluster="acme", job_id="101", gpus=16, time_to_failure_s=1800.0, ts=NOW)
+    record_failure(store, NVLINK, cluster="acme", job_id="102", gpus=16, time_to_failure_s=900.0, ts=NOW + 1)
+    record_failure(store, {**NVLINK, "node": "node1", "category": "ECCError"}, cluster="acme", job_id="103",
+                   gpus=8, time_to_failure_s=450.0, ts=NOW + 2)
+    record_failure(store, {**NVLINK, "category": "KeyError", "origin": "script", "node": None}, cluster="acme",
+                   job_id="104", gpus=8, time_to_failure_s=60.0, ts=NOW + 3)
+    with read_report(store, JobFilter(cluster="acme")) as reader:
+        section = failure_section(reader)
+    assert section is not None
+    assert section["by_node"] == [
+        {"node": "node3", "events": 2.0, "jobs_hit": 2.0, "gpu_hours_lost": 12.0, "categories": ["NVLinkError"]},
+        {"node": "node1", "events": 1.0, "jobs_hit": 1.0, "gpu_hours_lost": 1.0, "categories": ["ECCError"]}]
+    by_node = failures_tables(section)[-1]
+    assert by_node.rows == (("node3", "NVLinkError", "2", "2", "12.0"), ("node1", "ECCError", "1", "1", "1.0"))
