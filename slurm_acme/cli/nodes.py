@@ -113,12 +113,14 @@ def _print_list(rows: list[dict[str, Any]], policy: NodesConfig) -> None:
         table.add_column(column)
     for r in rows:
         last = r["last_event"]
-        last_text = (f"{_when(last['ts'])} {last['category']} ({last['source']}"
-                     f"{', job ' + last['job_id'] if last['job_id'] else ''})") if last else "-"
+        last_text = (f"{_when(last['ts'])} {last['category']}"
+                     f"{' job ' + last['job_id'] if last['job_id'] else ''}") if last else "-"
         table.add_row(r["node"], r["state"] or "?", str(r["events"]),
                       f"{r['recent_events']}{' decisive' if r['decisive_recent'] else ''}",
                       last_text, r["reason"] or r["would_drain"] or "-")
-    Console(highlight=False).print(table)
+    import sys
+
+    Console(highlight=False, width=None if sys.stdout.isatty() else 100).print(table)
 
 
 @nodes.command("show")
