@@ -6,11 +6,15 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from slurm_acme.cli.context import AppContext, pass_app
 from slurm_acme.errors import InputError
+
+if TYPE_CHECKING:
+    from slurm_acme.ft.status import AttemptView
 
 
 def _err(msg: str) -> None:
@@ -139,7 +143,7 @@ def status(app: AppContext, ref: str | None, as_json: bool) -> None:
             if a.diagnosis.get("node"):
                 diag += f" @{a.diagnosis['node']}"
         table.add_row(str(a.attempt), a.job_id, a.nodes, _when(a.start_ts), _when(a.end_ts),
-                      a.outcome or "running", diag, ",".join(a.excluded) or "-",
+                      _outcome(a), diag, ",".join(a.excluded) or "-",
                       "-" if a.resumed_from_step is None else f"step {a.resumed_from_step}",
                       a.skip_steps or "-",
                       "-" if a.time_lost_s is None else f"{a.time_lost_s:.1f}")
@@ -152,8 +156,19 @@ def status(app: AppContext, ref: str | None, as_json: bool) -> None:
     newest = f"  newest {latest['path']} ({latest['kind']})" if latest else ""
     console.print(f"excluded nodes: {','.join(view.excluded_nodes) or '-'}  checkpoints: "
                   f"{view.checkpoints or '-'}{newest}")
+    spares = view.allocated_nodes - view.training_nodes
+    held = (f"  ({view.allocated_nodes} nodes allocated: {view.training_nodes} training, "
+            f"{spares} spare)" if spares > 0 else "")
     console.print(f"wall {view.wall_s:.1f}s  useful {view.useful_s:.1f}s  lost "
-                  f"{view.time_lost_s:.1f}s  goodput {goodput}")
+                  f"{view.time_lost_s:.1f}s  goodput {goodput}{held}")
+
+
+def _outcome(a: AttemptView) -> str:
+    """An attempt's outcome; a restart inside the allocation names each spare it took."""
+    if a.replaced is None:
+        return str(a.outcome or "running")
+    swaps = ", ".join(f"{old}->{new}" for old, new in a.replaced.items())
+    return f"{a.outcome} in place ({swaps or 'same nodes'})"
 
 
 @click.command()

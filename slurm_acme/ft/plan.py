@@ -56,16 +56,27 @@ class SubmitPlan:
         """The exact command :class:`slurm_acme.slurm.Slurm` runs (script on stdin)."""
         return tuple(sbatch_argv(self.sbatch_options))
 
+    @property
+    def node_split(self) -> str:
+        """How the allocation is used: training nodes and idle spares."""
+        ft = self.spec.fault_tolerance
+        if not ft.in_place:
+            return (f"{self.spec.nodes} node(s), all training; a failure requeues the job "
+                    "(no spares)")
+        return (f"{self.spec.allocated_nodes} node(s) allocated: {self.spec.nodes} training, "
+                f"{ft.spare_count} spare(s) idle; a failed node is replaced by a spare and a "
+                "transient failure restarts the step, inside the allocation")
+
     def render(self) -> str:
         """What ``--dry-run`` prints: the argv (shell-quoted, to copy) and the script."""
         return (f"# run {self.run_id}\n# argv (script on stdin):\n"
                 f"{shlex.join(self.sbatch_argv)}\n# script:\n{self.script}"
                 f"# training step, started by the supervisor in each attempt:\n"
-                f"{shlex.join(self.training_step)}\n")
+                f"{shlex.join(self.training_step)}\n# nodes: {self.node_split}\n")
 
 
 def sbatch_options(spec: TrainSpec, *, run_id: str, workdir: str, run_dir: str) -> tuple[str, ...]:
-    opts = [f"--job-name={spec.name}", f"--nodes={spec.nodes}",
+    opts = [f"--job-name={spec.name}", f"--nodes={spec.allocated_nodes}",
             f"--ntasks-per-node={spec.ntasks_per_node}"]
     if spec.gpus_per_node:
         opts.append(f"--gpus-per-node={spec.gpus_per_node}")

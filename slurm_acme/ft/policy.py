@@ -73,6 +73,8 @@ class Decision:
     counts_as_restart: bool = True
     #: Nobody recognised the failure: counts against ``max_unknown_restarts`` too.
     unknown: bool = False
+    #: Nodes the requeued job asks for, when fewer than train.yaml's nodes + spares are left.
+    num_nodes: int | None = None
     diagnosis: Diagnosis | None = field(default=None, compare=False)
 
     @property

@@ -37,10 +37,12 @@ PENDING_WAIT_S = 90.0
 
 
 def spawn_detached(job_id: str, *, exclude: Sequence[str], mode: str, log_path: str,
-                   python: str | None = None) -> None:
+                   python: str | None = None, num_nodes: int | None = None) -> None:
     """Start the helper so that it is not a descendant of the job's processes."""
     argv = [python or sys.executable, "-m", "slurm_acme.ft.requeue", "--job", job_id,
             "--mode", mode, "--exclude", ",".join(exclude)]
+    if num_nodes:
+        argv += ["--num-nodes", str(num_nodes)]
     pid = os.fork()
     if pid == 0:  # child: new session, fork again, exit so the grandchild is re-parented
         try:
@@ -86,8 +88,12 @@ def wait_pending(slurm: Slurm, job_id: str, timeout: float) -> JobState | None:
     return state
 
 
-def requeue_excluding(slurm: Slurm, job_id: str, exclude: Sequence[str]) -> None:
-    """Hold-requeue, wait for PENDING, set exclusions and StartTime=now, release."""
+def requeue_excluding(slurm: Slurm, job_id: str, exclude: Sequence[str],
+                      num_nodes: int | None = None) -> None:
+    """Hold-requeue, wait for PENDING, set exclusions and StartTime=now, release.
+
+    ``num_nodes``: what the job asks for from now on, when the exclusions left fewer
+    nodes than its training nodes plus spares (a PENDING job's NumNodes can change)."""
     _log(f"requeuehold {job_id}, exclude={','.join(exclude) or '-'}")
     slurm.requeue(job_id, hold=True)
     state = wait_pending(slurm, job_id, PENDING_WAIT_S)
@@ -96,6 +102,8 @@ def requeue_excluding(slurm: Slurm, job_id: str, exclude: Sequence[str]) -> None
     fields: dict[str, str] = {"StartTime": "now"}
     if exclude:
         fields["ExcNodeList"] = ",".join(sorted(set(exclude)))
+    if num_nodes:
+        fields["NumNodes"] = str(num_nodes)
     slurm.update_job(job_id, **fields)
     slurm.release(job_id)
     _log(f"released {job_id}")
@@ -118,12 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job", required=True)
     parser.add_argument("--mode", choices=("requeue", "watch"), default="requeue")
     parser.add_argument("--exclude", default="")
+    parser.add_argument("--num-nodes", type=int, default=None)
     args = parser.parse_args(argv)
     slurm = Slurm(timeout=30)
     exclude = [n for n in args.exclude.split(",") if n]
     try:
         if args.mode == "requeue":
-            requeue_excluding(slurm, args.job, exclude)
+            requeue_excluding(slurm, args.job, exclude, args.num_nodes)
         else:
             hurry_requeued(slurm, args.job, exclude)
     except SlurmError as exc:

@@ -153,6 +153,20 @@ class FaultToleranceSpec(_Section):
     #: newest checkpoint; ``auto`` is ``checkpoint`` when the trainer writes the metrics
     #: file (it speaks the contract) and is launched by srun, else ``stop``.
     time_limit_action: Literal["auto", "checkpoint", "stop"] = "auto"
+    #: Recovery that keeps the allocation (issue 19). ``None`` (absent): every failure
+    #: ends the job and requeues it. ``K`` >= 0: the job allocates ``nodes + K`` nodes and
+    #: trains on ``nodes`` of them; a failed node is replaced by a spare, and a transient
+    #: failure (unknown, hang) restarts the step, inside the same allocation and job id.
+    spares: int | None = Field(default=None, ge=0, le=1024, strict=True)
+
+    @property
+    def in_place(self) -> bool:
+        """Whether failures are recovered inside the allocation (``spares`` is set)."""
+        return self.spares is not None
+
+    @property
+    def spare_count(self) -> int:
+        return self.spares or 0
 
 
 class DiagnosisSpec(_Section):
@@ -232,6 +246,11 @@ class TrainSpec(_Section):
         if isinstance(value, dict):
             return {str(k): v if isinstance(v, str) else json.dumps(v, default=str) for k, v in value.items()}
         return value
+
+    @property
+    def allocated_nodes(self) -> int:
+        """Nodes the job asks Slurm for: the training nodes and the spares."""
+        return self.nodes + self.fault_tolerance.spare_count
 
     @property
     def argv(self) -> list[str]:

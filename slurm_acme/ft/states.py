@@ -62,6 +62,9 @@ class AttemptOutcome(str, Enum):
     LOST = "lost"
     #: The job was cancelled (``scancel``).
     CANCELLED = "cancelled"
+    #: Restarted inside the allocation (``fault_tolerance.spares``): the next attempt runs
+    #: in the same job, a spare in place of each failed node; no requeue.
+    RESTARTED = "restarted"
     UNKNOWN = "unknown"
 
     @classmethod
@@ -88,12 +91,14 @@ class AttemptOutcome(str, Enum):
     def counts_as_restart(self) -> bool:
         """Counts against ``max_restarts`` (a time-limit requeue is planned, not a failure)."""
         return self in (AttemptOutcome.REQUEUE, AttemptOutcome.ROLLBACK,
-                        AttemptOutcome.NODE_FAIL, AttemptOutcome.LOST, AttemptOutcome.KILLED)
+                        AttemptOutcome.NODE_FAIL, AttemptOutcome.LOST, AttemptOutcome.KILLED,
+                        AttemptOutcome.RESTARTED)
 
     def run_state(self) -> RunState:
         """The run's state once an attempt ended this way."""
         return {AttemptOutcome.COMPLETED: RunState.COMPLETED, AttemptOutcome.STOP: RunState.STOPPED,
-                AttemptOutcome.CANCELLED: RunState.CANCELLED}.get(self, RunState.REQUEUED)
+                AttemptOutcome.CANCELLED: RunState.CANCELLED,
+                AttemptOutcome.RESTARTED: RunState.RUNNING}.get(self, RunState.REQUEUED)
 
     def __str__(self) -> str:
         return self.value

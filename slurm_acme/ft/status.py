@@ -44,6 +44,9 @@ class AttemptView:
     skip_steps: str
     last_step: int | None
     time_lost_s: float | None
+    #: Restarted inside the allocation (``fault_tolerance.spares``): failed node -> the
+    #: spare that took its place in the next attempt ({}: same nodes).
+    replaced: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,12 @@ class RunView:
     wall_s: float
     useful_s: float
     time_lost_s: float
+    #: Useful training GPU time over allocated GPU time: idle spares are allocated too.
     goodput: float | None
     last_step: int | None
+    #: Nodes that train, and nodes the job holds (training + spares).
+    training_nodes: int = 0
+    allocated_nodes: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -154,7 +161,8 @@ def run_view(store: Store, run: run_store.RunRow, slurm: Slurm | None = None) ->
             end_ts=a.end_ts, outcome=a.outcome, exit_code=a.exit_code,
             reason=a.details.get("reason"), diagnosis=diagnosis, excluded=a.excluded,
             resumed_from_step=a.resumed_from_step, skip_steps=a.skip_steps or "",
-            last_step=a.last_step, time_lost_s=a.time_lost_s))
+            last_step=a.last_step, time_lost_s=a.time_lost_s,
+            replaced=a.details.get("replaced") if a.details.get("in_place") else None))
     useful, last_step = useful_seconds(step_files(run, attempts))
     first = min((a.start_ts for a in attempts), default=None)
     last = max((a.end_ts or time.time() for a in attempts), default=None)
@@ -162,10 +170,21 @@ def run_view(store: Store, run: run_store.RunRow, slurm: Slurm | None = None) ->
     lost = sum(a.time_lost_s or 0.0 for a in attempts)
     excluded = sorted({n for a in attempts for n in a.excluded})
     ckpts = checkpoints_on_disk(store, run)
+    training, allocated = _node_counts(run)
     return RunView(run_id=run.run_id, name=run.name, state=run.state, reason=run.reason,
                    job_id=run.last_job_id, attempts=views, excluded_nodes=excluded,
                    checkpoints=[c["step"] for c in ckpts],
                    latest_checkpoint=ckpts[-1] if ckpts else None,
                    wall_s=round(wall, 2), useful_s=round(useful, 2),
                    time_lost_s=round(lost, 2),
-                   goodput=round(useful / wall, 3) if wall > 0 else None, last_step=last_step)
+                   goodput=round(useful * training / (wall * allocated), 3) if wall > 0 else None,
+                   last_step=last_step, training_nodes=training, allocated_nodes=allocated)
+
+
+def _node_counts(run: run_store.RunRow) -> tuple[int, int]:
+    """(training nodes, allocated nodes) of the run's spec; (1, 1) when it cannot be read."""
+    try:
+        spec = TrainSpec.from_json(run.spec)
+    except ValueError:
+        return 1, 1
+    return spec.nodes, spec.allocated_nodes

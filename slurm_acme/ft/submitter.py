@@ -31,10 +31,15 @@ def check_fits(plan: SubmitPlan, nodes: Sequence[NodeInfo]) -> None:
         raise InputError(f"{plan.spec_path}: field 'fault_tolerance.exclude': "
                          f"unknown node(s) {', '.join(unknown)} (cluster has {len(names)} nodes)")
     usable = names - set(spec.fault_tolerance.exclude)
-    if spec.nodes > len(usable):
+    if spec.allocated_nodes > len(usable):
         extra = f" after excluding {len(names) - len(usable)}" if len(usable) < len(names) else ""
-        raise InputError(f"{plan.spec_path}: field 'nodes': {spec.nodes} nodes requested but "
-                         f"the cluster has {len(usable)}{extra}")
+        spares = spec.fault_tolerance.spare_count
+        if spares and spec.nodes <= len(usable):
+            raise InputError(f"{plan.spec_path}: field 'fault_tolerance.spares': {spec.nodes} "
+                             f"nodes + {spares} spare(s) requested but the cluster has "
+                             f"{len(usable)}{extra}")
+        raise InputError(f"{plan.spec_path}: field 'nodes': {spec.allocated_nodes} nodes "
+                         f"requested but the cluster has {len(usable)}{extra}")
 
 
 def submit_plan(plan: SubmitPlan, *, slurm: Slurm, store: Store, cluster: str,

@@ -7,10 +7,19 @@ the allocation, launch the trainer (srun or torchrun), watch it
 excluding culprits, roll back past a loss spike, or stop -- and record the
 decision before acting on it.
 
-The attempt is built from steps that an in-allocation restart (issue 19) can
-repeat: :meth:`Supervisor._run_step` launches and watches one training step
-from a resume point, :meth:`Supervisor._decide` turns its end into a
-decision; only :meth:`Supervisor._finish` leaves the allocation.
+The attempt is built from steps that an in-allocation restart can repeat:
+:meth:`Supervisor._run_step` launches and watches one training step from a
+resume point, :meth:`Supervisor._decide` turns its end into a decision; only
+:meth:`Supervisor._finish` leaves the allocation.
+
+With ``fault_tolerance.spares: K`` (issue 19) the job holds ``nodes + K``
+nodes and trains on ``nodes``; a failure that a restart may fix is recovered
+without leaving the allocation (:meth:`Supervisor._in_place`): the suspects are
+health-checked against known-good nodes, a spare takes each failed node's
+place, and the next attempt starts in the same job from the newest healthy
+checkpoint on a new rendezvous port. Each such restart is an attempt of its
+own (outcome ``restarted``) and counts against ``max_restarts``; with no
+spare left for a failed node the job is requeued excluding it, as without spares.
 """
 
 from __future__ import annotations
@@ -85,12 +94,14 @@ class JobContext:
 
 
 def health_check(nodes: Sequence[str], *, job_id: str | None, timeout_s: float,
-                 gpus_per_node: int | None = None) -> HealthReport:
-    """Two-round allgather bisection over ``nodes`` inside the job's allocation."""
-    from slurm_acme.health import run_health_check
+                 gpus_per_node: int | None = None,
+                 known_good: Sequence[str] = ()) -> HealthReport:
+    """Two-round allgather bisection over ``nodes`` inside the job's allocation; with
+    ``known_good``, each of ``nodes`` is paired with one of those instead."""
+    from slurm_acme.health.check import run_health_check
 
     return run_health_check(list(nodes), timeout_s=timeout_s, job_id=job_id,
-                            gpus_per_node=gpus_per_node or None)
+                            gpus_per_node=gpus_per_node or None, known_good=known_good)
 
 
 def _counts_as_restart(a: run_store.AttemptRow) -> bool:
@@ -136,44 +147,79 @@ class Supervisor:
     def run(self) -> int:
         ctx = self.ctx
         Path(ctx.run_dir).mkdir(parents=True, exist_ok=True)
-        nodes = self.slurm.show_hostnames(ctx.nodelist) if ctx.nodelist else []
+        allocated = self.slurm.show_hostnames(ctx.nodelist) if ctx.nodelist else []
+        self._number_after_in_place()
         history = self._history()
+        nodes, spares = self._split(allocated, history)
+        budget, skip, resume = self._carried(history)
+        start = self._record_start(nodes, history, resume, skip, spares)
+        self.signals.install()
+
+        before = self._before_launch(allocated, history, budget)
+        if before is not None:
+            return self._finish(before, start=start, history=history, end=None, nodes=nodes)
+        while True:
+            end = self._run_step(nodes, resume, skip)
+            decision = self._decide(end, nodes, budget, spares)
+            swap = self._in_place(decision, end, spares)
+            if swap is None:
+                return self._finish(decision, start=start, history=history, end=end,
+                                    nodes=nodes)
+            nodes, spares = self._restart_in_place(decision, swap, start=start, end=end,
+                                                   nodes=nodes, spares=spares)
+            self.ctx = replace(self.ctx, attempt=self.ctx.attempt + 1)
+            history = self._earlier()
+            budget, skip, resume = self._carried(history)
+            start = self._record_start(nodes, history, resume, skip, spares)
+
+    def _carried(self, history: Sequence[run_store.AttemptRow]
+                 ) -> tuple[policy.Budget, str, Checkpoint | None]:
+        """What earlier attempts hand this one: restarts used, steps to skip, where to resume."""
+        ft = self.spec.fault_tolerance
         budget = policy.Budget(
             restarts_used=sum(1 for a in history if _counts_as_restart(a)),
             unknown_used=sum(1 for a in history if a.details.get("unknown")),
-            max_restarts=self.spec.fault_tolerance.max_restarts,
-            max_unknown_restarts=self.spec.fault_tolerance.max_unknown_restarts)
+            max_restarts=ft.max_restarts, max_unknown_restarts=ft.max_unknown_restarts)
         skip = policy.merge_skips(*(policy.parse_skips(a.details.get("add_skip")) for a in history))
-        resume = self._resume_point(history)
-        start = self._record_start(nodes, history, resume, skip)
-        self.signals.install()
+        return budget, skip, self._resume_point(history)
 
-        before = self._before_launch(nodes, history, budget)
-        if before is not None:
-            return self._finish(before, start=start, history=history, end=None, nodes=nodes)
-        end = self._run_step(nodes, resume, skip)
-        decision = self._decide(end, nodes, budget)
-        return self._finish(decision, start=start, history=history, end=end, nodes=nodes)
+    def _split(self, allocated: Sequence[str], history: Sequence[run_store.AttemptRow]
+               ) -> tuple[list[str], list[str]]:
+        """(training nodes, idle spares) of the allocation: with ``spares`` the first
+        ``nodes`` usable ones train; without, every allocated node does."""
+        if not self.spec.fault_tolerance.in_place:
+            return list(allocated), []
+        excluded = self._carried_exclusions(history)
+        usable = [n for n in allocated if n not in excluded]
+        return usable[:self.spec.nodes], usable[self.spec.nodes:]
+
+    def _number_after_in_place(self) -> None:
+        """In-place restarts numbered attempts past ``SLURM_RESTART_COUNT`` in this job id:
+        after a requeue, this attempt comes after them."""
+        mine = [a for a in run_store.list_attempts(self.store, self.ctx.run_id)
+                if a.job_id == self.ctx.job_id]
+        if any(AttemptOutcome.parse(a.outcome) is AttemptOutcome.RESTARTED for a in mine):
+            self.ctx = replace(self.ctx, attempt=max(self.ctx.attempt,
+                                                     1 + max(a.attempt for a in mine)))
 
     # -------------------------------------------------------- previous
     def _history(self) -> list[run_store.AttemptRow]:
         """Earlier attempts of this run; one that left no decision is closed first."""
-        ctx = self.ctx
-
-        def earlier() -> list[run_store.AttemptRow]:
-            return [a for a in run_store.list_attempts(self.store, ctx.run_id)
-                    if (a.attempt, a.job_id) != (ctx.attempt, ctx.job_id)]
-
-        history = earlier()
+        history = self._earlier()
         if history and (history[-1].end_ts is None
                         or AttemptOutcome.parse(history[-1].outcome) is AttemptOutcome.KILLED):
             if self._close_lost(history[-1]):
-                history = earlier()
+                history = self._earlier()
         if history:
             prev = history[-1]
             self.log(f"previous attempt {prev.attempt} (job {prev.job_id}) on {prev.nodelist}: "
                      f"{prev.outcome}: {prev.details.get('reason', '-')}")
         return history
+
+    def _earlier(self) -> list[run_store.AttemptRow]:
+        ctx = self.ctx
+        return [a for a in run_store.list_attempts(self.store, ctx.run_id)
+                if (a.attempt, a.job_id) != (ctx.attempt, ctx.job_id)]
 
     def _resume_point(self, history: Sequence[run_store.AttemptRow]) -> Checkpoint | None:
         rollbacks = [(a.end_ts or 0.0, int(a.details["rollback_before"]))
@@ -188,7 +234,7 @@ class Supervisor:
             return []
 
     def _record_start(self, nodes: Sequence[str], history: Sequence[run_store.AttemptRow],
-                      resume: Checkpoint | None, skip: str) -> float:
+                      resume: Checkpoint | None, skip: str, spares: Sequence[str] = ()) -> float:
         ctx = self.ctx
         start = time.time()
         run_store.start_attempt(self.store, run_id=ctx.run_id, attempt=ctx.attempt,
@@ -201,8 +247,10 @@ class Supervisor:
             run_store.set_failure_recovery(self.store, history[-1].failure_id,
                                            start - (history[-1].end_ts or start))
         where = f"{resume.path} ({resume.kind}, step {resume.step})" if resume else "scratch"
+        idle = f" (spares {','.join(spares) or 'none left'})" if self.spec.fault_tolerance.in_place \
+            else ""
         self.log(f"attempt {ctx.attempt} of run {ctx.run_id} (job {ctx.job_id}) on "
-                 f"{','.join(nodes)}; resume from {where}; skip {skip or '-'}")
+                 f"{','.join(nodes)}{idle}; resume from {where}; skip {skip or '-'}")
         return start
 
     def _down_nodes(self, nodes: Sequence[str], slurm: Slurm | None = None) -> tuple[str, ...]:
@@ -301,12 +349,15 @@ class Supervisor:
             self.log(f"cannot record the health check in the node-health ledger: {exc}")
 
     # ---------------------------------------------------------- health
-    def _health(self, nodes: Sequence[str], why: str) -> list[str]:
-        self.log(f"{why} health check on {','.join(nodes)}")
+    def _health(self, nodes: Sequence[str], why: str,
+                known_good: Sequence[str] = ()) -> list[str]:
+        paired = f", each paired with one of {','.join(known_good)}" if known_good else ""
+        self.log(f"{why} health check on {','.join(nodes)}{paired}")
+        extra = {"known_good": tuple(known_good)} if known_good else {}
         try:
             result = self.health(nodes, job_id=self.ctx.job_id,
                                  timeout_s=self.spec.fault_tolerance.health_timeout,
-                                 gpus_per_node=self.spec.gpus_per_node)
+                                 gpus_per_node=self.spec.gpus_per_node, **extra)
         except (AcmeError, OSError, RuntimeError) as exc:
             self.log(f"{why} health check could not run: {exc}")
             return []
@@ -382,13 +433,67 @@ class Supervisor:
 
     # ---------------------------------------------------------- decide
     def _decide(self, end: policy.AttemptEnd, nodes: Sequence[str],
-                budget: policy.Budget) -> policy.Decision:
+                budget: policy.Budget, spares: Sequence[str] = ()) -> policy.Decision:
         if end.terminated:
             return self._ended_by_slurm(nodes, end.diagnosis)
         decision = policy.decide(end, budget, spike_skip=self.spec.fault_tolerance.loss_spike.skip)
+        if self.spec.fault_tolerance.in_place and decision.requeues and decision.counts_as_restart:
+            return self._suspects_checked(decision, nodes, spares)
         if decision.needs_culprit:
             decision = self._with_culprits(decision, nodes)
         return decision
+
+    # ------------------------------------------------------- in place
+    def _suspects_checked(self, decision: policy.Decision, nodes: Sequence[str],
+                          spares: Sequence[str]) -> policy.Decision:
+        """The failed nodes of a restart inside the allocation: those the logs named, and
+        those a health check of the suspects finds. The suspects are the named nodes (every
+        training node when none was named, for a failure a culprit may explain), each
+        paired with a node not suspected -- a spare, or a training node not named -- so
+        no full pre-flight check runs again."""
+        named = list(dict.fromkeys(decision.exclude))
+        suspects = named or (list(nodes) if decision.needs_culprit else [])
+        bad: list[str] = []
+        note = ""
+        if suspects and self.spec.fault_tolerance.health_check == "allgather":
+            good = [n for n in (*nodes, *spares) if n not in suspects]
+            if good or len(suspects) >= 2:
+                bad = self._health(suspects, "suspect", known_good=good)
+                note = f"; health check of {','.join(suspects)}: {','.join(bad) or 'all passed'}"
+        failed = tuple(dict.fromkeys([*named, *bad]))
+        return replace(decision, reason=f"{decision.reason}{note}", exclude=failed,
+                       needs_culprit=False)
+
+    def _in_place(self, decision: policy.Decision, end: policy.AttemptEnd,
+                  spares: Sequence[str]) -> dict[str, str] | None:
+        """Failed node -> the spare that takes its place, when this failure is recovered
+        inside the allocation ({} restarts on the same nodes); None: leave the allocation
+        (no spares configured, Slurm ended the job, a decision that is not a restart, or
+        fewer spares left than failed nodes)."""
+        if not self.spec.fault_tolerance.in_place or end.terminated:
+            return None
+        if not (decision.requeues and decision.counts_as_restart):
+            return None
+        failed = list(decision.exclude)
+        if len(failed) > len(spares):
+            self.log(f"{len(failed)} failed node(s) ({','.join(failed)}), {len(spares)} spare(s) "
+                     "left: requeue excluding them")
+            return None
+        return dict(zip(failed, spares, strict=False))
+
+    def _restart_in_place(self, decision: policy.Decision, swap: Mapping[str, str], *,
+                          start: float, end: policy.AttemptEnd, nodes: Sequence[str],
+                          spares: Sequence[str]) -> tuple[list[str], list[str]]:
+        """Record this attempt as restarted in place; the next one's (nodes, spares)."""
+        new_nodes = [swap.get(n, n) for n in nodes]
+        left = [s for s in spares if s not in swap.values()]
+        what = ", ".join(f"{a} -> spare {b}" for a, b in swap.items()) or "on the same nodes"
+        restarted = replace(decision, outcome=AttemptOutcome.RESTARTED,
+                            reason=f"{decision.reason}; restarted inside the allocation "
+                                   f"({what}), no requeue")
+        self._record_end(restarted, start=start, end=end, nodes=nodes,
+                         extra={"in_place": True, "replaced": dict(swap), "spares_left": left})
+        return new_nodes, left
 
     def _ended_by_slurm(self, nodes: Sequence[str],
                         diagnosis: Diagnosis | None = None) -> policy.Decision:
@@ -441,10 +546,38 @@ class Supervisor:
                 history: Sequence[run_store.AttemptRow], end: policy.AttemptEnd | None,
                 nodes: Sequence[str]) -> int:
         ctx = self.ctx
-        now = time.time()
         exclude = sorted(set(decision.exclude))
         if decision.requeues and exclude:
             decision = self._check_room(decision, exclude, history)
+        self._record_end(decision, start=start, end=end, nodes=nodes)
+        all_excluded = sorted(set(exclude) | self._carried_exclusions(history))
+        helper_log = str(Path(ctx.run_dir) / REQUEUE_HELPER_LOG)
+        if decision.outcome in (AttemptOutcome.KILLED, AttemptOutcome.NODE_FAIL):
+            # Slurm requeues the job itself; the helper skips the requeue delay and keeps
+            # the failed nodes out of the next allocation.
+            self.spawn(ctx.job_id, exclude=all_excluded, mode="watch", log_path=helper_log)
+        if not decision.requeues:
+            return decision.exit_code
+        self.signals.requeue_pending = True
+        shrink = {"num_nodes": decision.num_nodes} if decision.num_nodes else {}
+        self.spawn(ctx.job_id, exclude=all_excluded, mode="requeue", log_path=helper_log,
+                   **shrink)
+        deadline = time.time() + self.requeue_wait_s
+        while time.time() < deadline and not self.signals.term:
+            time.sleep(self.poll_s)
+        if not self.signals.term and self.requeue_wait_s > 0:
+            run_store.update_run(self.store, ctx.run_id, state=RunState.STOPPED.value,
+                                 reason=f"{decision.reason}; but the job was not requeued within "
+                                 f"{self.requeue_wait_s:g}s (see {helper_log})")
+        return decision.exit_code
+
+    def _record_end(self, decision: policy.Decision, *, start: float,
+                    end: policy.AttemptEnd | None, nodes: Sequence[str],
+                    extra: Mapping[str, object] | None = None) -> None:
+        """Record how this attempt ended and what was decided, before acting on it."""
+        ctx = self.ctx
+        now = time.time()
+        exclude = sorted(set(decision.exclude))
         on_disk = self._sync_checkpoints()
         failure_id = None
         if decision.diagnosis is not None and decision.outcome not in (
@@ -455,9 +588,10 @@ class Supervisor:
         saved = max([c.created_ts for c in on_disk if c.created_ts >= start]
                     + [end.last_ckpt_ts or 0.0 if end else 0.0, start])
         lost = 0.0 if decision.outcome is AttemptOutcome.COMPLETED else now - saved
+        restarts = decision.requeues or decision.outcome is AttemptOutcome.RESTARTED
         detail: dict[str, object] = {"reason": decision.reason,
-                                     "counts_as_restart": decision.requeues
-                                     and decision.counts_as_restart}
+                                     "counts_as_restart": restarts and decision.counts_as_restart,
+                                     **(extra or {})}
         if decision.unknown:
             detail["unknown"] = True
         if decision.rollback_before is not None:
@@ -467,7 +601,9 @@ class Supervisor:
         if end is not None and end.hang is not None:
             detail["hang_detected_after_s"] = end.hang.quiet_s
             detail["hang_limit"] = end.hang.limit_name
-        carries = decision.requeues or decision.outcome is AttemptOutcome.NODE_FAIL
+        if self.spec.fault_tolerance.in_place:
+            detail["allocated_nodes"] = self.spec.allocated_nodes
+        carries = restarts or decision.outcome is AttemptOutcome.NODE_FAIL
         run_store.end_attempt(self.store, run_id=ctx.run_id, attempt=ctx.attempt,
                               job_id=ctx.job_id, end_ts=now, outcome=decision.outcome.value,
                               exit_code=end.exit_code if end else None,
@@ -477,24 +613,6 @@ class Supervisor:
         run_store.update_run(self.store, ctx.run_id, state=decision.outcome.run_state().value,
                              reason=decision.reason)
         self.log(f"decision: {decision.outcome.value}: {decision.reason}")
-        all_excluded = sorted(set(exclude) | self._carried_exclusions(history))
-        helper_log = str(Path(ctx.run_dir) / REQUEUE_HELPER_LOG)
-        if decision.outcome in (AttemptOutcome.KILLED, AttemptOutcome.NODE_FAIL):
-            # Slurm requeues the job itself; the helper skips the requeue delay and keeps
-            # the failed nodes out of the next allocation.
-            self.spawn(ctx.job_id, exclude=all_excluded, mode="watch", log_path=helper_log)
-        if not decision.requeues:
-            return decision.exit_code
-        self.signals.requeue_pending = True
-        self.spawn(ctx.job_id, exclude=all_excluded, mode="requeue", log_path=helper_log)
-        deadline = time.time() + self.requeue_wait_s
-        while time.time() < deadline and not self.signals.term:
-            time.sleep(self.poll_s)
-        if not self.signals.term and self.requeue_wait_s > 0:
-            run_store.update_run(self.store, ctx.run_id, state=RunState.STOPPED.value,
-                                 reason=f"{decision.reason}; but the job was not requeued within "
-                                 f"{self.requeue_wait_s:g}s (see {helper_log})")
-        return decision.exit_code
 
     def _record_failure(self, diagnosis: Diagnosis | None, *, job_id: str, attempt: int,
                         ts: float, since: float, gpus: int | None, log_path: str | None
@@ -522,8 +640,13 @@ class Supervisor:
         except SlurmError:
             return decision
         excluded = set(exclude) | self._carried_exclusions(history)
-        if len(names - excluded) < self.spec.nodes:
+        left = len(names - excluded)
+        if left < self.spec.nodes:
             return policy.Decision(AttemptOutcome.STOP, f"{decision.reason}; but only "
-                                   f"{len(names - excluded)} nodes are left after excluding "
+                                   f"{left} nodes are left after excluding "
                                    f"{','.join(sorted(excluded))}", diagnosis=decision.diagnosis)
+        if left < self.spec.allocated_nodes:  # fewer spares than asked for, not a job stuck
+            return replace(decision, num_nodes=left, reason=f"{decision.reason}; {left} nodes "
+                           f"left: the requeued job asks for {left} "
+                           f"({left - self.spec.nodes} spare(s))")
         return decision

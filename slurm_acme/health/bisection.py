@@ -79,13 +79,29 @@ def run_round(groups: Sequence[Group], run_test: RunTest, parallel: int) -> list
 
 
 def bisect(nodes: Sequence[str], run_test: RunTest, *, seed: int | None = None,
-           parallel: int = 64, progress: Progress | None = None) -> BisectionOutcome:
-    """Find the nodes whose collective fails, in two rounds of concurrent tests."""
+           parallel: int = 64, progress: Progress | None = None,
+           known_good: Sequence[str] = ()) -> BisectionOutcome:
+    """Find the nodes whose collective fails, in two rounds of concurrent tests.
+
+    With ``known_good`` (nodes that just passed, e.g. a job's idle spares) every node
+    of ``nodes`` is already a suspect: round 1 is skipped and each is paired with a
+    known-good node, so a restart inside an allocation checks only what failed.
+    """
     say = progress or (lambda _msg: None)
     nodes = list(dict.fromkeys(nodes))
     if not nodes:
         return BisectionOutcome((), (), 0, 0, (), False)
     evidence: list[Evidence] = []
+    good = [n for n in dict.fromkeys(known_good) if n not in nodes]
+    if good:
+        groups = round2_groups(nodes, good)
+        say(f"suspects only: {len(groups)} test(s), each paired with a known-good node")
+        results = run_round(groups, run_test, parallel)
+        evidence += [Evidence.from_result(r, TEST_REPAIR, 2) for r in results]
+        bad = {r.group[0] for r in results if not r.passed}
+        return BisectionOutcome(tuple(n for n in nodes if n in bad),
+                                tuple(n for n in nodes if n not in bad),
+                                1, len(groups), tuple(evidence), False)
 
     groups = round1_groups(nodes, seed)
     say(f"round 1: {len(groups)} test(s) over {len(nodes)} node(s)")

@@ -39,8 +39,9 @@ def run_health_check(nodes: Sequence[str], *, backend: str = "auto", timeout_s: 
                      job_id: str | None = None, seed: int | None = None,
                      progress: Callable[[str], None] | None = None,
                      size_mb: float | None = None, prechecks: bool = True,
-                     parallel: int = 64) -> HealthReport:
-    """Find the bad nodes among ``nodes`` and say why, in two rounds of allgather tests."""
+                     parallel: int = 64, known_good: Sequence[str] = ()) -> HealthReport:
+    """Find the bad nodes among ``nodes`` and say why, in two rounds of allgather tests;
+    with ``known_good``, only ``nodes`` are tested, each paired with one of those."""
     nodes = list(dict.fromkeys(n.strip() for n in nodes if n.strip()))
     _validate(nodes, backend, timeout_s, min_busbw, gpus_per_node)
     say = progress or log.info
@@ -60,9 +61,11 @@ def run_health_check(nodes: Sequence[str], *, backend: str = "auto", timeout_s: 
     if prechecks:
         condemned, evidence, notes = _prechecks(nodes, job_id, gpus, say)
     testable = [n for n in nodes if n not in condemned]
-    transport = SrunTransport(shape, node_addresses(testable), min_busbw=min_busbw,
+    good = [n for n in known_good if n not in nodes]
+    transport = SrunTransport(shape, node_addresses([*testable, *good]), min_busbw=min_busbw,
                               cancel_step=_cancel_step)
-    outcome = bisect(testable, transport, seed=seed, parallel=parallel, progress=say)
+    outcome = bisect(testable, transport, seed=seed, parallel=parallel, progress=say,
+                     known_good=good)
     if outcome.fallback_single_node:
         notes.append("no group passed round 1: fell back to single-node tests, "
                      "which cannot blame an inter-node link")

@@ -103,3 +103,26 @@ def test_sbatch_passthrough_is_rendered_as_argv_words() -> None:
     assert "--constraint=a100&ib'; echo x" in argv  # one word, never through a shell
     assert not any(a.startswith("--oversubscribe") for a in argv)
     assert shlex.split(plan.render().splitlines()[2]) == list(argv)
+
+
+SPARES = SPEC.replace("{signal_lead: 30}", "{signal_lead: 30, spares: 1}")
+
+
+def test_spares_allocate_extra_nodes_and_train_on_nodes() -> None:
+    plan = plan_for(SPARES)
+    assert "--nodes=3" in plan.sbatch_argv
+    # the training step runs on `nodes` of them, named by --nodelist
+    assert "--nodes=2" in plan.training_step
+    assert "--nodelist=<node1>,<node2>" in plan.training_step
+
+
+def test_dry_run_shows_the_split_of_training_nodes_and_spares() -> None:
+    text = plan_for(SPARES).render()
+    assert "3 node(s) allocated: 2 training, 1 spare(s) idle" in text
+    assert "no spares" in plan_for().render()
+
+
+def test_spares_count_against_the_cluster() -> None:
+    with pytest.raises(InputError, match=r"field 'fault_tolerance.spares': 2 nodes \+ 3 spare"):
+        check_fits(plan_for(SPARES.replace("spares: 1", "spares: 3")), _nodes(4))
+    check_fits(plan_for(SPARES.replace("spares: 1", "spares: 2")), _nodes(4))

@@ -174,3 +174,25 @@ def test_progress_patterns_must_compile_and_have_a_group() -> None:
 def test_checkpoint_globs_are_names_inside_the_folder() -> None:
     with pytest.raises(InputError, match=r"is not a file-name pattern inside checkpoint\.dir"):
         parse_spec(GOOD.replace("  async: true", "  async: true\n  glob: ['../*.pt']"), "t.yaml")
+
+
+def test_spares_absent_means_requeue_recovery() -> None:
+    spec = parse_spec(GOOD, "t.yaml")
+    assert spec.fault_tolerance.spares is None and not spec.fault_tolerance.in_place
+    assert spec.allocated_nodes == 2
+
+
+def test_spares_allocate_extra_nodes_and_recover_in_place() -> None:
+    spec = parse_spec(GOOD.replace("  max_restarts: 2", "  spares: 1"), "t.yaml")
+    assert spec.fault_tolerance.in_place and spec.allocated_nodes == 3
+    zero = parse_spec(GOOD.replace("  max_restarts: 2", "  spares: 0"), "t.yaml")
+    assert zero.fault_tolerance.in_place and zero.allocated_nodes == 2
+
+
+@pytest.mark.parametrize("value", ["-1", "two", "1.5", "true"])
+def test_bad_spares_is_one_line_naming_the_field_and_value(value: str) -> None:
+    with pytest.raises(InputError) as err:
+        parse_spec(GOOD.replace("  max_restarts: 2", f"  spares: {value}"), "t.yaml")
+    msg = str(err.value)
+    assert msg.startswith("t.yaml:8: field 'fault_tolerance.spares'") and "\n" not in msg
+    assert "got" in msg

@@ -154,3 +154,16 @@ def test_progress_reports_each_round() -> None:
 def test_round2_needs_a_passed_node() -> None:
     with pytest.raises(ValueError):
         round2_groups(["a"], [])
+
+
+def test_known_good_nodes_test_only_the_suspects_each_paired_with_one() -> None:
+    run_test = faulty("node2")
+    outcome = bisect(["node1", "node2"], run_test, known_good=["node3"])
+    assert outcome.bad == ("node2",) and outcome.good == ("node1",)
+    assert sorted(run_test.calls) == [("node1", "node3"), ("node2", "node3")]  # type: ignore[attr-defined]
+    assert outcome.rounds == 1 and outcome.tests == 2
+
+
+def test_known_good_suspects_that_pass_are_cleared() -> None:
+    outcome = bisect(["node4"], faulty(), known_good=["node1", "node2"])
+    assert outcome.bad == () and outcome.good == ("node4",)
