@@ -9,7 +9,8 @@
   (default 10). Both are tied to the data step, so once it is skipped they do not recur.
 
 Filters: ``step`` (required), ``rank``, ``node`` (SLURMD_NODENAME or hostname),
-``attempt`` (SLURM_RESTART_COUNT; any when absent). A message may contain commas
+``attempt`` (the supervisor's ``ACME_ATTEMPT``, which also counts restarts inside the
+allocation; else SLURM_RESTART_COUNT; any when absent). A message may contain commas
 and ``=``; it cannot contain ``;``. Torch-free.
 """
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurm_acme.ckpt.distenv import dist_env, node_name
-from slurm_acme.contracts import ENV_FAULTS
+from slurm_acme.contracts import ENV_ATTEMPT, ENV_FAULTS
 
 KINDS = ("raise", "hang", "nan", "spike")
 KEYS = ("step", "rank", "node", "attempt", "message", "factor")
@@ -99,7 +100,7 @@ class FaultInjector:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> FaultInjector:
         env = os.environ if env is None else env
-        attempt = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
+        attempt = int(env.get(ENV_ATTEMPT) or env.get("SLURM_RESTART_COUNT", "0") or 0)
         return cls(parse_faults(env.get(ENV_FAULTS, "")), dist_env(env).rank,
                    node_name(env), attempt)
 

@@ -32,17 +32,20 @@ from collections.abc import Sequence
 
 from slurm_acme.slurm import JobNotFound, JobState, Slurm, SlurmError
 
+#: (nodes, tasks, CPUs) a requeued job asks for instead of its submitted size.
+Resize = tuple[int, int, int]
+
 #: How long the helper waits for the job to become PENDING.
 PENDING_WAIT_S = 90.0
 
 
 def spawn_detached(job_id: str, *, exclude: Sequence[str], mode: str, log_path: str,
-                   python: str | None = None, num_nodes: int | None = None) -> None:
+                   python: str | None = None, resize: Resize | None = None) -> None:
     """Start the helper so that it is not a descendant of the job's processes."""
     argv = [python or sys.executable, "-m", "slurm_acme.ft.requeue", "--job", job_id,
             "--mode", mode, "--exclude", ",".join(exclude)]
-    if num_nodes:
-        argv += ["--num-nodes", str(num_nodes)]
+    if resize:
+        argv += ["--resize", ",".join(str(v) for v in resize)]
     pid = os.fork()
     if pid == 0:  # child: new session, fork again, exit so the grandchild is re-parented
         try:
@@ -89,11 +92,13 @@ def wait_pending(slurm: Slurm, job_id: str, timeout: float) -> JobState | None:
 
 
 def requeue_excluding(slurm: Slurm, job_id: str, exclude: Sequence[str],
-                      num_nodes: int | None = None) -> None:
+                      resize: Resize | None = None) -> None:
     """Hold-requeue, wait for PENDING, set exclusions and StartTime=now, release.
 
-    ``num_nodes``: what the job asks for from now on, when the exclusions left fewer
-    nodes than its training nodes plus spares (a PENDING job's NumNodes can change)."""
+    ``resize``: what the job asks for from now on, when the exclusions left fewer nodes
+    than its training nodes plus spares. A PENDING job's size can change, but NumNodes
+    alone only lowers the minimum (and its tasks and CPUs stay those of the old size:
+    "Requested node configuration is not available"), so all three are set."""
     _log(f"requeuehold {job_id}, exclude={','.join(exclude) or '-'}")
     slurm.requeue(job_id, hold=True)
     state = wait_pending(slurm, job_id, PENDING_WAIT_S)
@@ -102,8 +107,9 @@ def requeue_excluding(slurm: Slurm, job_id: str, exclude: Sequence[str],
     fields: dict[str, str] = {"StartTime": "now"}
     if exclude:
         fields["ExcNodeList"] = ",".join(sorted(set(exclude)))
-    if num_nodes:
-        fields["NumNodes"] = str(num_nodes)
+    if resize:
+        nodes, tasks, cpus = resize
+        fields.update(NumNodes=f"{nodes}-{nodes}", NumTasks=str(tasks), NumCPUs=str(cpus))
     slurm.update_job(job_id, **fields)
     slurm.release(job_id)
     _log(f"released {job_id}")
@@ -126,13 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job", required=True)
     parser.add_argument("--mode", choices=("requeue", "watch"), default="requeue")
     parser.add_argument("--exclude", default="")
-    parser.add_argument("--num-nodes", type=int, default=None)
+    parser.add_argument("--resize", default="", help="NODES,TASKS,CPUS")
     args = parser.parse_args(argv)
     slurm = Slurm(timeout=30)
     exclude = [n for n in args.exclude.split(",") if n]
     try:
         if args.mode == "requeue":
-            requeue_excluding(slurm, args.job, exclude, args.num_nodes)
+            resize = tuple(int(v) for v in args.resize.split(",")) if args.resize else None
+            requeue_excluding(slurm, args.job, exclude,
+                              resize if resize and len(resize) == 3 else None)  # type: ignore[arg-type]
         else:
             hurry_requeued(slurm, args.job, exclude)
     except SlurmError as exc:

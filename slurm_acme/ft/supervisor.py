@@ -559,7 +559,7 @@ class Supervisor:
         if not decision.requeues:
             return decision.exit_code
         self.signals.requeue_pending = True
-        shrink = {"num_nodes": decision.num_nodes} if decision.num_nodes else {}
+        shrink = {"resize": self._resize(decision.num_nodes)} if decision.num_nodes else {}
         self.spawn(ctx.job_id, exclude=all_excluded, mode="requeue", log_path=helper_log,
                    **shrink)
         deadline = time.time() + self.requeue_wait_s
@@ -570,6 +570,11 @@ class Supervisor:
                                  reason=f"{decision.reason}; but the job was not requeued within "
                                  f"{self.requeue_wait_s:g}s (see {helper_log})")
         return decision.exit_code
+
+    def _resize(self, nodes: int) -> tuple[int, int, int]:
+        """(nodes, tasks, CPUs) of the job at ``nodes`` nodes, as sbatch derived them."""
+        tasks = nodes * self.spec.ntasks_per_node
+        return nodes, tasks, tasks * (self.spec.cpus_per_task or 1)
 
     def _record_end(self, decision: policy.Decision, *, start: float,
                     end: policy.AttemptEnd | None, nodes: Sequence[str],

@@ -71,3 +71,11 @@ def test_torchrun_variables_win_over_slurm_ones() -> None:
     slurm = {"SLURM_PROCID": "2", "SLURM_NTASKS": "8", "SLURM_LOCALID": "0"}
     assert (dist_env(slurm).rank, dist_env(slurm).world_size) == (2, 8)
     assert not dist_env({}).distributed
+
+
+def test_fault_attempt_is_the_supervisors_attempt_when_given() -> None:
+    env = {"ACME_FAULTS": "raise:step=3,attempt=0", "SLURM_RESTART_COUNT": "0"}
+    with pytest.raises(RuntimeError):
+        FaultInjector.from_env(env).before_step(3)
+    # a restart inside the allocation: same SLURM_RESTART_COUNT, the next attempt
+    FaultInjector.from_env({**env, "ACME_ATTEMPT": "1"}).before_step(3)

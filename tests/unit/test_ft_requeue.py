@@ -58,3 +58,11 @@ def test_watch_mode_keeps_the_failed_node_out_of_the_next_allocation(monkeypatch
     slurm = FakeSlurm(["NODE_FAIL", "PENDING"])
     requeue.hurry_requeued(slurm, "42", ["node2"])  # type: ignore[arg-type]
     assert slurm.calls == [("update", "42", {"StartTime": "now", "ExcNodeList": "node2"})]
+
+
+def test_a_requeue_with_too_few_nodes_left_resizes_nodes_tasks_and_cpus(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(requeue.time, "sleep", lambda s: None)
+    slurm = FakeSlurm(["PENDING"])
+    requeue.requeue_excluding(slurm, "42", ["node1"], (2, 4, 8))  # type: ignore[arg-type]
+    assert slurm.calls[1] == ("update", "42", {"StartTime": "now", "ExcNodeList": "node1",
+                                               "NumNodes": "2-2", "NumTasks": "4", "NumCPUs": "8"})
