@@ -28,13 +28,27 @@ The tools, as a user would set each up:
   person) and runs ``scontrol requeue`` when the job failed. Slurm's requeue
   delay applies.
 
-Per tool and scenario: ``recovered``; ``resume_s``, from the last good step
+Recovery that keeps the allocation (``fault_tolerance.spares``, issue 19) is
+the tool ``sacme_spares``: ``sacme submit`` of the same train.yaml with
+``spares: 1`` (3 nodes allocated, 2 training). It runs beside ``sacme`` (its
+requeue) in the ``rank`` scenario and in a third one:
+
+* ``busy``: the ``rank`` fault on a busy cluster. A filler job holds one node
+  for the whole run; once training runs, a competing 2-node job that runs for a
+  fixed 60 s waits in the queue (at a higher priority, as queued work at a
+  site would be) and takes any nodes a requeue frees.
+
+Per tool and scenario: ``recovered``; ``allocation_kept`` (sacme tools: the
+recovery stayed in the same allocation, no requeue); ``resume_s``, from the last good step
 before the failure to the first resumed step; ``steps_lost``, steps trained
 after the checkpoint it resumed from; ``goodput``, time of the steps that count
 toward the final model (the last execution of each) over wall time from
-submit to the last step. Prints one JSON object.
+submit to the last step; for the sacme tools also ``gpu_goodput`` (``sacme
+status``: useful training GPU time over allocated GPU time, idle spares
+included). Prints one JSON object; ``spares_vs_requeue`` gives the ratio of
+``resume_s`` per scenario.
 
-Usage: ``python bench/recovery.py [--scenarios rank,time_limit] [--tools sacme,submitit,requeue]``.
+Usage: ``python bench/recovery.py [--scenarios rank,time_limit,busy] [--tools sacme,sacme_spares,submitit,requeue]``.
 Needs the local cluster (``sbin/acme-cluster up``) and ``SLURM_CONF``.
 """
 
@@ -75,7 +89,7 @@ def free_port() -> int:
 def script_args(args: argparse.Namespace, scenario: str, ckpt: Path) -> list[str]:
     argv = ["--steps", str(args.steps), "--ckpt-every", str(args.every), "--ckpt-dir", str(ckpt),
             "--step-seconds", str(args.step_seconds)]
-    if scenario == "rank":
+    if scenario in ("rank", "busy"):
         argv += ["--simulate-failure", f"{args.fault_step}:{FAULT_MESSAGE}"]
     return argv
 
@@ -158,19 +172,33 @@ def read(path: Path) -> str:
 
 # ------------------------------------------------------------------ sacme
 
-def run_sacme(work: Path, scenario: str, args: argparse.Namespace) -> dict:
+def run_sacme_spares(work: Path, scenario: str, args: argparse.Namespace) -> dict:
+    return run_sacme(work, scenario, args, spares=1)
+
+
+def run_sacme(work: Path, scenario: str, args: argparse.Namespace,
+              spares: int | None = None) -> dict:
     import yaml
 
     db = f"sqlite:///{work / 'acme.db'}"
     ckpt = work / "ckpt"
     command = shlex.join([sys.executable, str(SCRIPT), *script_args(args, scenario, ckpt)])
-    spec = {"name": f"bench-recovery-sacme-{scenario}", "nodes": 2, "time": "00:20:00",
+    # The script simulates its failure in the first run only (SLURM_RESTART_COUNT 0); a
+    # restart inside the allocation keeps that count, so it is told the attempt instead.
+    command = 'SLURM_RESTART_COUNT="${ACME_ATTEMPT:-0}" ' + command
+    ft: dict = {"max_restarts": 2, "health_check": args.health_check, "hang_timeout": 300,
+                "signal_lead": 60}
+    if spares is not None:
+        ft["spares"] = spares
+    tool = "sacme" if spares is None else "sacme_spares"
+    spec = {"name": f"bench-recovery-{tool}-{scenario}", "nodes": 2, "time": "00:20:00",
             "command": command + ' --resume "${ACME_RESUME_FROM:-}"',
             "env": {"OMP_NUM_THREADS": "1"}, "checkpoint": {"dir": str(ckpt)},
-            "fault_tolerance": {"max_restarts": 2, "health_check": args.health_check,
-                                "hang_timeout": 300, "signal_lead": 60}}
+            "fault_tolerance": ft}
     (work / "train.yaml").write_text(yaml.safe_dump(spec))
     sacme = [sys.executable, "-m", "slurm_acme", "--db", db]
+    slurm = Slurm(timeout=60)
+    busy = Busy(slurm, work) if scenario == "busy" else None
     submitted = time.time()
     out = json.loads(subprocess.run([*sacme, "submit", "train.yaml", "--json"], cwd=work, check=True,
                                     capture_output=True, text=True, timeout=120).stdout)
@@ -187,26 +215,76 @@ def run_sacme(work: Path, scenario: str, args: argparse.Namespace) -> dict:
         return json.loads(view)["state"]
 
     try:
+        if busy is not None:
+            wait_for(lambda: reached(log, 1), args.timeout, "the first step")
+            busy.compete()
         if scenario == "time_limit":
             wait_for(lambda: reached(log, args.signal_step), args.timeout, "the signal step")
             run_slurm(["scancel", "--batch", "--signal=USR2", job_id], timeout=30)
         wait_for(lambda: state() in ("COMPLETED", "STOPPED", "CANCELLED"), args.timeout, "the run")
     finally:
         Slurm().scancel([job_id])
+        if busy is not None:
+            busy.end()
     runs = runs_in(log())
-    result = {"tool": "sacme", **measure(runs, submitted=submitted, steps=args.steps)}
+    result = {"tool": tool, **measure(runs, submitted=submitted, steps=args.steps)}
+    if busy is not None:
+        result["competitor_started_during_recovery"] = busy.started_before(
+            runs[1]["steps"][0][1] if len(runs) > 1 and runs[1]["steps"] else time.time())
     view = json.loads(subprocess.run([*sacme, "status", run_id, "--json"], capture_output=True,
                                      text=True, timeout=120, check=True).stdout)
     attempts = view["attempts"]
     if len(attempts) > 1 and len(runs) > 1 and runs[0]["steps"] and runs[1]["steps"]:
         # where the time went: the decision, the requeue (back in the queue, prolog, the
         # next supervisor), the trainer's start-up (Python, torch, rendezvous, its resume)
+        # (with spares, "requeue" is the restart inside the allocation; the suspects'
+        # health check, when on, is part of "detect", the decision)
         result["parts_s"] = {
             "detect": round(attempts[0]["end_ts"] - runs[0]["steps"][-1][1], 2),
-            "requeue": round(attempts[1]["start_ts"] - attempts[0]["end_ts"], 2),
+            "requeue" if spares is None else "restart_in_place":
+                round(attempts[1]["start_ts"] - attempts[0]["end_ts"], 2),
             "start_up": round(runs[1]["steps"][0][1] - attempts[1]["start_ts"], 2)}
     result["outcomes"] = [a["outcome"] for a in attempts]
+    result["allocation_kept"] = len(attempts) > 1 and slurm.show_job(job_id).restarts == 0
+    result["replaced"] = [a.get("replaced") for a in attempts if a.get("replaced") is not None]
+    result["gpu_goodput"] = view["goodput"]
+    result["nodes_allocated"] = view["allocated_nodes"]
     return result
+
+
+COMPETITOR_S = 60
+
+
+class Busy:
+    """The busy cluster: a filler job holding one node, then a competing 2-node job that
+    runs for a fixed 60 s and waits in the queue ahead of a requeued job."""
+
+    def __init__(self, slurm: Slurm, work: Path) -> None:
+        self.slurm, self.work = slurm, work
+        self.filler = slurm.sbatch(["--job-name=bench-busy-filler", "--nodes=1", "--time=00:30:00",
+                                    f"--output={work}/filler-%j.out"],
+                                   "#!/bin/bash\nsleep 1800\n")
+        self.competitor: str | None = None
+        wait_for(lambda: self.slurm.show_job(self.filler).state is JobState.RUNNING, 120,
+                 "the filler job")
+
+    def compete(self) -> None:
+        self.competitor = self.slurm.sbatch(
+            ["--job-name=bench-busy-competitor", "--nodes=2", "--time=00:10:00",
+             f"--output={self.work}/competitor-%j.out"],
+            f"#!/bin/bash\ndate +%s.%N\nsleep {COMPETITOR_S}\n")
+        # queued work ahead of a requeued job: the scheduler's order, made explicit
+        self.slurm.update_job(self.competitor, Priority=str(4_294_000_000))
+
+    def started_before(self, ts: float) -> bool | None:
+        """Whether the competitor started before ``ts`` (it took nodes a requeue freed)."""
+        if self.competitor is None:
+            return None
+        out = read(self.work / f"competitor-{self.competitor}.out").split()
+        return bool(out) and float(out[0]) < ts
+
+    def end(self) -> None:
+        self.slurm.scancel([j for j in (self.filler, self.competitor) if j])
 
 
 # ------------------------------------------------------------------ submitit
@@ -309,15 +387,28 @@ def run_requeue(work: Path, scenario: str, args: argparse.Namespace) -> dict:
 
 
 TOOLS: dict[str, Callable[[Path, str, argparse.Namespace], dict]] = {
-    "sacme": run_sacme, "submitit": run_submitit, "requeue": run_requeue}
-#: The plain requeue has no time-limit handling: the job ends TIMEOUT like a crash.
-SKIP = {("requeue", "time_limit")}
+    "sacme": run_sacme, "sacme_spares": run_sacme_spares, "submitit": run_submitit,
+    "requeue": run_requeue}
+#: The plain requeue has no time-limit handling: the job ends TIMEOUT like a crash; the
+#: busy cluster compares the two sacme recoveries; a time limit is never recovered in place.
+SKIP = {("requeue", "time_limit"), ("submitit", "busy"), ("requeue", "busy"),
+        ("sacme_spares", "time_limit")}
+
+
+def spares_vs_requeue(results: dict[str, dict[str, dict]]) -> dict[str, float | None]:
+    """Per scenario, sacme_spares' resume_s over sacme's (requeue's)."""
+    out: dict[str, float | None] = {}
+    for scenario, tools in results.items():
+        spare, requeue = (tools.get(t, {}).get("resume_s") for t in ("sacme_spares", "sacme"))
+        if spare is not None and requeue:
+            out[scenario] = round(spare / requeue, 3)
+    return out
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--scenarios", default="rank,time_limit")
-    p.add_argument("--tools", default="sacme,submitit,requeue")
+    p.add_argument("--scenarios", default="rank,time_limit,busy")
+    p.add_argument("--tools", default="sacme,sacme_spares,submitit,requeue")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--every", type=int, default=5)
     p.add_argument("--step-seconds", type=float, default=0.3)
@@ -348,6 +439,8 @@ def main() -> int:
         "steps": args.steps, "checkpoint_every": args.every, "step_seconds": args.step_seconds,
         "fault": f"rank on node 2 killed at step {args.fault_step} after an NCCL error",
         "time_limit": f"warning signal at step {args.signal_step}",
+        "busy": f"a filler job on 1 node; a competing 2-node {COMPETITOR_S} s job queued ahead",
+        "spares_vs_requeue": spares_vs_requeue(results),
         "results": results, "dir": str(root)}))
     return 0
 
