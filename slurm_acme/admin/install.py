@@ -25,6 +25,8 @@ from slurm_acme.admin.layout import (
     CONFIG_EXAMPLE,
     CONFIG_TEMPLATE,
     HOOK_SOURCE,
+    RECONCILE_SOURCE,
+    RECONCILE_TIMER_SOURCE,
     SNIPPET_SOURCE,
     UNIT_SOURCE,
     Layout,
@@ -108,6 +110,7 @@ def plan_install(prefix: Path, python: str | None = None) -> InstallPlan:
     env = (f"Environment=ACME_CONF={lay.baked_config}" if lay.baked_config
            else "# ACME_CONF unset: the config is found in slurm-acme's order (/etc/acme/acme.toml).")
     unit = _fill(node_file(UNIT_SOURCE), {"ENVIRONMENT": env, "COLLECTD": str(lay.collectd)}, UNIT_SOURCE)
+    reconcile = _fill(node_file(RECONCILE_SOURCE), {"ENVIRONMENT": env, "PYTHON": py}, RECONCILE_SOURCE)
     snippet = _fill(node_file(SNIPPET_SOURCE), {"PROLOG": str(lay.prolog), "EPILOG": str(lay.epilog)},
                     SNIPPET_SOURCE)
     files = (
@@ -115,6 +118,8 @@ def plan_install(prefix: Path, python: str | None = None) -> InstallPlan:
         PlannedFile(lay.epilog, EXEC_MODE, hook),
         PlannedFile(lay.collectd, EXEC_MODE, collectd),
         PlannedFile(lay.unit, DATA_MODE, unit),
+        PlannedFile(lay.reconcile_unit, DATA_MODE, reconcile),
+        PlannedFile(lay.reconcile_timer, DATA_MODE, node_file(RECONCILE_TIMER_SOURCE)),
         PlannedFile(lay.snippet, DATA_MODE, snippet),
         PlannedFile(lay.example, DATA_MODE, node_file(CONFIG_EXAMPLE)),
         PlannedFile(lay.config, DATA_MODE, node_file(CONFIG_TEMPLATE), only_if_absent=True),

@@ -18,11 +18,13 @@ HOOK_SOURCE = "acme-hook"
 COLLECTD_SOURCE = "acme-collectd"
 UNIT_SOURCE = "acme-collectd.service"
 SNIPPET_SOURCE = "slurm-acme.conf"
+RECONCILE_SOURCE = "acme-nodes-reconcile.service"
+RECONCILE_TIMER_SOURCE = "acme-nodes-reconcile.timer"
 CONFIG_TEMPLATE = "acme.toml.template"
 CONFIG_EXAMPLE = "acme.toml.example"
 #: Node files every wheel and sdist must carry (a test builds both and looks).
 NODE_FILES = (HOOK_SOURCE, COLLECTD_SOURCE, UNIT_SOURCE, SNIPPET_SOURCE, CONFIG_TEMPLATE,
-              CONFIG_EXAMPLE, "gres-gpu.conf")
+              CONFIG_EXAMPLE, "gres-gpu.conf", RECONCILE_SOURCE, RECONCILE_TIMER_SOURCE)
 
 
 def node_file(name: str) -> str:
@@ -84,6 +86,15 @@ class Layout:
     @property
     def unit(self) -> Path:
         return self.at("/etc/systemd/system/acme-collectd.service")
+
+    @property
+    def reconcile_unit(self) -> Path:
+        """``sacme nodes reconcile`` as a oneshot service (the drain policy)."""
+        return self.at(f"/etc/systemd/system/{RECONCILE_SOURCE}")
+
+    @property
+    def reconcile_timer(self) -> Path:
+        return self.at(f"/etc/systemd/system/{RECONCILE_TIMER_SOURCE}")
 
     @property
     def baked_config(self) -> str:

@@ -41,6 +41,8 @@ def install(prefix: Path, dry_run: bool) -> None:
         click.echo(f"  {line}")
     click.echo(f"Collector from boot (optional; the hooks start it too): systemctl daemon-reload && "
                f"systemctl enable --now {plan.layout.unit.name}")
+    click.echo(f"Drain policy (on one host only, once the system config sets [nodes] drain = true): "
+               f"systemctl enable --now {plan.layout.reconcile_timer.name}")
 
 
 @admin.command()

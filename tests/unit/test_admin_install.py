@@ -140,3 +140,18 @@ def test_bad_prefixes_are_one_line_errors_that_write_nothing(capsys, args, messa
     code, _, err = sacme_run(capsys, "admin", *args)
     assert code == 2 and message in err and "Traceback" not in err
     assert not Path("/nonexistent").exists()
+
+
+def test_install_lays_down_the_drain_policy_timer_running_this_sacme(tmp_path, capsys):
+    code, out, _ = sacme_run(capsys, "admin", "install", "--prefix", str(tmp_path))
+    assert code == 0
+    lay = Layout(tmp_path)
+    service, timer = lay.reconcile_unit.read_text(), lay.reconcile_timer.read_text()
+    assert f"Environment=ACME_CONF={lay.config}\n" in service and "Type=oneshot\n" in service
+    assert "Unit=acme-nodes-reconcile.service\n" in timer and "OnUnitActiveSec=5min\n" in timer
+    assert f"systemctl enable --now {lay.reconcile_timer.name}" in out
+    [exec_line] = [line for line in service.splitlines() if line.startswith("ExecStart=")]
+    argv = exec_line.removeprefix("ExecStart=").split()
+    assert argv == [sys.executable, "-m", "slurm_acme", "nodes", "reconcile"]
+    helped = subprocess.run([*argv, "--help"], capture_output=True, text=True, timeout=120, check=False)
+    assert helped.returncode == 0 and "--dry-run" in helped.stdout
