@@ -8,7 +8,8 @@ supervisor says the rank runs on, the step's task layout); torchelastic's
 "Root Cause" block; and srun's report of the first task that exited.
 
 Survivors that report a dead peer (``culprit: named``) blame nobody unless
-the line names the peer: excluding the reporter would evict a healthy node.
+the line names the peer, or srun reports the reporter's own task as the first
+that failed: excluding a survivor would evict a healthy node.
 """
 
 from __future__ import annotations
@@ -87,6 +88,12 @@ def culprit_node(
         if named:
             return named
     if rule.culprit == "named":
+        # A primary cause (not an echo such as a watchdog timeout) is blamed on
+        # its reporter only when srun says the reporter's own task failed first:
+        # then it did not outlive a peer, it is the one that went down.
+        first = exits.first_failed if exits else None
+        if rule.strength == "primary" and first is not None and event.rank is not None and event.rank in first[2]:
+            return first[1]
         return None
     for text in texts:
         reporter = book.reporter_node(text)

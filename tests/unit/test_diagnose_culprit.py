@@ -55,6 +55,28 @@ def test_survivors_reporting_a_dead_peer_implicate_no_node():
     assert verdict.node is None
 
 
+def test_a_peer_reporting_rank_that_srun_says_failed_first_is_the_culprit():
+    # The local cluster's NCCL test job: rank 1 logs a peer-side IB error and
+    # raises; rank 0 finishes. srun names rank 1's task as the one that failed.
+    lines = [
+        "1: node2:18363:18370 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+        "10.0.0.2<53249> with error 12, opcode 0, len 0, vendor err 129",
+        "1: RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1275, unhandled system error, NCCL version 2.14.3",
+        "srun: error: node2: task 1: Exited with exit code 1",
+    ]
+    verdict = diagnose(lines, cases=[])
+    assert (verdict.category, verdict.node, verdict.action) == ("NetworkError", "node2", "requeue_exclude_node")
+
+
+def test_a_survivor_reporting_a_peer_is_not_blamed_when_the_peer_failed_first():
+    verdict = diagnose([
+        "0: node1:100:200 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.7<4242> with error 12",
+        "srun: error: node2: task 1: Segmentation fault",
+        "srun: error: node1: task 0: Exited with exit code 1",
+    ], cases=[])
+    assert verdict.node != "node1"
+
+
 def test_watchdog_timeouts_alone_implicate_no_node():
     verdict = diagnose([
         "[rank0]:[E321 02:17:08.408 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout",
