@@ -135,7 +135,7 @@ def show(app: AppContext, node: str, as_json: bool) -> None:
     cluster = app.config.cluster.name
     history = ledger.histories(app.store(readonly=True), cluster=cluster, nodes=[node]).get(node)
     states = _slurm_nodes(app, [node]) if _looks_like_node(node) else None
-    if history is None and not states:
+    if history is None and node not in (states or {}):
         raise InputError(f"node {node!r}: neither the ledger nor Slurm knows it")
     summary = _summary(node, history, (states or {}).get(node), policy, now)
     events = [e.to_dict() for e in (history.events if history else ())]

@@ -15,7 +15,6 @@ from slurm_acme.nodes.policy import assess, decisive_nodes, plan
 from slurm_acme.slurm import Slurm
 from slurm_acme.slurm.parse import parse_scontrol_show_node
 from slurm_acme.store import nodes as ledger
-from slurm_acme.store import open_store
 from slurm_acme.store.failures import record_failure
 from slurm_acme.store.migrate import LATEST, schema_version
 
@@ -26,11 +25,7 @@ NVLINK = {"category": "NVLinkError", "origin": "infrastructure", "action": "requ
           "source": "rule", "confidence": 0.95}
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = open_store(f"sqlite:///{tmp_path / 'acme.db'}")
-    yield s
-    s.dispose()
+# ``store`` (tests/conftest.py): an empty store, on SQLite and on Postgres.
 
 
 def event(node: str, ts: float, job: str | None, category: str = "NVLinkError", code: str = "nvlink-error",
@@ -254,27 +249,37 @@ def test_a_users_system_config_variable_is_ignored(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ CLI
 
-def sacme(db: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
-    env["SLURM_CONF"] = "/nonexistent/slurm.conf"  # no Slurm: the ledger alone, with a warning
+def sacme(db: str, bin_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     return subprocess.run([sys.executable, "-m", "slurm_acme", "--db", db, *args], capture_output=True,
                           text=True, env=env, timeout=120, check=False)
+
+
+def fake_scontrol(tmp_path: Path) -> Path:
+    """Slurm's boundary: an ``scontrol`` that prints the captured drained-node listing."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "scontrol"
+    tool.write_text(f"#!/bin/sh\ncat {FIXTURES / 'scontrol_show_node_drained.txt'}\n")
+    tool.chmod(0o755)
+    return bin_dir
 
 
 def test_sacme_nodes_lists_and_shows_the_ledger(store, tmp_path):
     record_failure(store, NVLINK, cluster="acme", job_id="101", ts=NOW)
     record_failure(store, NVLINK, cluster="acme", job_id="102", ts=NOW + 5)
-    db = str(store.engine.url)
-    listing = sacme(db, "nodes", "--json")
+    db, bin_dir = str(store.engine.url), fake_scontrol(tmp_path)
+    listing = sacme(db, bin_dir, "nodes", "--json")
     assert listing.returncode == 0, listing.stderr
-    [row] = json.loads(listing.stdout)["nodes"]
-    assert row["node"] == "node3" and row["events"] == 2 and row["state"] is None
-    assert "no Slurm node states" in listing.stderr
-    shown = sacme(db, "nodes", "show", "node3")
+    rows = {r["node"]: r for r in json.loads(listing.stdout)["nodes"]}
+    assert sorted(rows) == ["node1", "node2", "node3", "node4"]
+    assert rows["node3"]["events"] == 2 and rows["node3"]["state"] == "IDLE"
+    assert rows["node4"]["state"] == "IDLE+DRAIN" and rows["node4"]["reason"].startswith("acme: NVLinkError")
+    shown = sacme(db, bin_dir, "nodes", "show", "node3")
     assert shown.returncode == 0, shown.stderr
     assert "NVLinkError nvlink-error job 101" in shown.stdout and "job 102" in shown.stdout
-    missing = sacme(db, "nodes", "show", "node9")
-    assert missing.returncode == 2 and missing.stderr.count("\n") == 2  # the warning and one error line
+    missing = sacme(db, bin_dir, "nodes", "show", "node9")
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
     assert "node 'node9': neither the ledger nor Slurm knows it" in missing.stderr
 
 
