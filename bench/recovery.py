@@ -34,8 +34,8 @@ the tool ``sacme_spares``: ``sacme submit`` of the same train.yaml with
 requeue) in the ``rank`` scenario and in a third one:
 
 * ``busy``: the ``rank`` fault on a busy cluster. A filler job holds one node
-  for the whole run; once training runs, a competing 2-node job that runs for a
-  fixed 60 s waits in the queue (at a higher priority, as queued work at a
+  (``--exclusive``) for the whole run; once training runs, a competing
+  exclusive 2-node job that runs for a fixed 60 s waits in the queue (at a higher priority, as queued work at a
   site would be) and takes any nodes a requeue frees.
 
 Per tool and scenario: ``recovered``; ``allocation_kept`` (sacme tools: the
@@ -261,7 +261,9 @@ class Busy:
 
     def __init__(self, slurm: Slurm, work: Path) -> None:
         self.slurm, self.work = slurm, work
-        self.filler = slurm.sbatch(["--job-name=bench-busy-filler", "--nodes=1", "--time=00:30:00",
+        # --exclusive: the local cluster's jobs share nodes by CPU; a busy node is whole
+        self.filler = slurm.sbatch(["--job-name=bench-busy-filler", "--nodes=1", "--exclusive",
+                                    "--time=00:30:00",
                                     f"--output={work}/filler-%j.out"],
                                    "#!/bin/bash\nsleep 1800\n")
         self.competitor: str | None = None
@@ -270,7 +272,7 @@ class Busy:
 
     def compete(self) -> None:
         self.competitor = self.slurm.sbatch(
-            ["--job-name=bench-busy-competitor", "--nodes=2", "--time=00:10:00",
+            ["--job-name=bench-busy-competitor", "--nodes=2", "--exclusive", "--time=00:10:00",
              f"--output={self.work}/competitor-%j.out"],
             f"#!/bin/bash\ndate +%s.%N\nsleep {COMPETITOR_S}\n")
         # queued work ahead of a requeued job: the scheduler's order, made explicit
