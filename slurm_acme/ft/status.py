@@ -20,7 +20,7 @@ from slurm_acme.ft.checkpoints import find_checkpoints
 from slurm_acme.ft.metrics import read_records, useful_seconds
 from slurm_acme.ft.plan import run_dir_for
 from slurm_acme.ft.spec import TrainSpec
-from slurm_acme.ft.states import RunState
+from slurm_acme.ft.states import AttemptOutcome, RunState
 from slurm_acme.slurm import JobNotFound, JobState, Slurm, SlurmError
 from slurm_acme.store import Store
 from slurm_acme.store import runs as run_store
@@ -149,7 +149,13 @@ def run_view(store: Store, run: run_store.RunRow, slurm: Slurm | None = None) ->
     attempts = run_store.list_attempts(store, run.run_id)
     failures = run_store.get_failures(store, [a.failure_id for a in attempts if a.failure_id])
     views = []
+    cancelled = run.state == RunState.CANCELLED.value
     for a in attempts:
+        outcome = a.outcome
+        if cancelled and outcome is None and a.job_id == run.last_job_id:
+            # scancel ended the job before the supervisor wrote the attempt's end
+            # (or it never could): the view says what happened, as reconcile does.
+            outcome = AttemptOutcome.CANCELLED.value
         f = failures.get(a.failure_id) if a.failure_id else None
         diagnosis = None
         if f is not None:
@@ -158,7 +164,7 @@ def run_view(store: Store, run: run_store.RunRow, slurm: Slurm | None = None) ->
                          "evidence": list(f.evidence)[:5]}
         views.append(AttemptView(
             attempt=a.attempt, job_id=a.job_id, nodes=a.nodelist or "", start_ts=a.start_ts,
-            end_ts=a.end_ts, outcome=a.outcome, exit_code=a.exit_code,
+            end_ts=a.end_ts, outcome=outcome, exit_code=a.exit_code,
             reason=a.details.get("reason"), diagnosis=diagnosis, excluded=a.excluded,
             resumed_from_step=a.resumed_from_step, skip_steps=a.skip_steps or "",
             last_step=a.last_step, time_lost_s=a.time_lost_s,

@@ -26,6 +26,7 @@ from slurm_acme.report.period import month_period
 from slurm_acme.report.plots import FIGURE_SECTIONS
 from slurm_acme.report.synthetic import synthetic_jobs
 from slurm_acme.store import open_store
+from slurm_acme.store.partitions import ensure_days
 from slurm_acme.store.rollup_rows import rebuild_from_samples
 from slurm_acme.store.rows import upsert
 from slurm_acme.store.schema.core import jobs
@@ -139,6 +140,8 @@ def fill(store_url: str) -> None:
           for i, (o, c) in enumerate([("infrastructure", "nvlink_error"), ("framework", "cuda_oom"),
                                       ("script", "syntax_error")] * 3)]
     with store.engine.begin() as conn:
+        for table, samples in (("gpu_samples", gs), ("node_samples", ns)):  # Postgres: their day partitions
+            ensure_days(conn, table, min(r["ts"] for r in samples), max(r["ts"] for r in samples))
         upsert(conn, jobs, rows, ["cluster", "job_id"])
         upsert(conn, gpu_samples, gs, ["cluster", "node", "ts", "gpu_index"], update=())
         upsert(conn, node_samples, ns, ["cluster", "node", "ts"], update=())

@@ -197,6 +197,16 @@ def test_status_reconciles_a_run_whose_job_ended_without_a_decision(
         assert "without a decision by the supervisor" in view.reason and "slurm-42.out" in view.reason
 
 
+def test_a_cancelled_job_shows_its_open_attempt_cancelled_and_leaves_the_store_alone(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    _, store, _ = make(tmp_path, "")
+    rs.update_run(store, "r1", state="RUNNING")
+    rs.start_attempt(store, run_id="r1", attempt=0, job_id="42", nodelist="node1,node2", start_ts=1.0)
+    view = run_view(store, rs.get_run(store, "r1"), FakeSlurm(job_state="CANCELLED"))  # type: ignore[arg-type]
+    assert view.state == "CANCELLED" and view.attempts[0].outcome == "cancelled"
+    assert rs.list_attempts(store, "r1")[0].outcome is None  # a view, not a write
+    assert run_view(store, rs.get_run(store, "r1"), FakeSlurm(job_state="RUNNING")).attempts[0].outcome is None  # type: ignore[arg-type]
+
+
 def test_an_allocation_holding_an_excluded_node_is_requeued_without_it_uncounted(tmp_path) -> None:  # type: ignore[no-untyped-def]
     _, store, _ = make(tmp_path, "")
     rs.start_attempt(store, run_id="r1", attempt=0, job_id="42", nodelist="node1,node2", start_ts=1.0)
