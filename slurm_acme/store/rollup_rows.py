@@ -21,8 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-from sqlalchemy import Connection, Table, and_, func, select, text, true, tuple_, update
+from sqlalchemy import Connection, Table, and_, bindparam, func, select, text, true, tuple_, update
 
 from slurm_acme.store.rollups import (
     GPU_KEY,
@@ -41,6 +40,7 @@ from slurm_acme.store.rollups import (
     hour_of,
     merged,
     node_rollups,
+    sum_blobs,
 )
 from slurm_acme.store.rows import set_meta, upsert
 from slurm_acme.store.schema.telemetry import (
@@ -106,10 +106,14 @@ def unsynced(conn: Connection, table: Table, limit: int) -> list[dict[str, Any]]
 
 
 def mark_synced(conn: Connection, table: Table, key_names: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> None:
-    """Mark rows synced unless a tick changed them since they were read."""
-    for row in rows:
-        conds = [table.c[k] == row[k] for k in key_names]
-        conn.execute(update(table).where(and_(*conds, table.c.samples == row["samples"])).values(synced=1))
+    """Mark rows synced unless a tick changed them since they were read (one
+    statement, executed for every row)."""
+    if not rows:
+        return
+    conds = [table.c[k] == bindparam(f"key_{k}") for k in key_names]
+    stmt = update(table).where(and_(*conds, table.c.samples == bindparam("key_samples"))).values(synced=1)
+    conn.execute(stmt, [{**{f"key_{k}": row[k] for k in key_names}, "key_samples": row["samples"]}
+                        for row in rows])
 
 
 # ------------------------------------------------------------------ central side
@@ -117,15 +121,63 @@ def mark_synced(conn: Connection, table: Table, key_names: Sequence[str], rows: 
 def _lock_nodes(conn: Connection, nodes: Iterable[tuple[str, str]]) -> None:
     """Serialise rollup writers of the same node (two flushers of one spool).
 
-    Postgres: an advisory lock per (cluster, node), taken in sorted order.
-    SQLite: a write first, so this transaction holds the write lock before it
-    reads the rows it replaces."""
+    Postgres: an advisory lock per (cluster, node), taken in the order of
+    their lock keys, all in one statement (``unnest`` hands the sorted array
+    out in order). SQLite: a write first, so this transaction holds the
+    write lock before it reads the rows it replaces."""
     if conn.dialect.name == "postgresql":
-        for cluster, node in sorted(set(nodes)):
-            key = zlib.crc32(f"{cluster}/{node}".encode()) & 0x7FFFFFFF
-            conn.execute(text("SELECT pg_advisory_xact_lock(:c, :k)"), {"c": _NODE_LOCK, "k": key})
+        keys = sorted({zlib.crc32(f"{cluster}/{node}".encode()) & 0x7FFFFFFF for cluster, node in set(nodes)})
+        conn.execute(text("SELECT count(pg_advisory_xact_lock(:c, k)) FROM unnest(CAST(:keys AS int[])) AS k"),
+                     {"c": _NODE_LOCK, "keys": keys})
     else:
         set_meta(conn, "telemetry.rollups.writer", "1")
+
+
+class _Delta:
+    """One ``cluster_hourly`` cell's change: count, sum and samples as
+    numbers, the histogram as the signed blobs (and dense counts) to add up
+    once at the end (:func:`~slurm_acme.store.rollups.sum_blobs`)."""
+
+    __slots__ = ("blobs", "dense", "n", "samples", "spec", "total")
+
+    def __init__(self, spec: BinSpec) -> None:
+        self.spec = spec
+        self.n = 0
+        self.total = 0.0
+        self.samples = 0
+        self.blobs: list[tuple[bytes, int]] = []
+        self.dense = 0
+
+    def add(self, row: Mapping[Any, Any], name: str, sign: int) -> None:
+        self.n += sign * int(row.get(f"{name}_n") or 0)
+        self.total += sign * float(row.get(f"{name}_sum") or 0.0)
+        self.samples += sign * int(row.get("samples") or 0)
+        blob = row.get(f"{name}_hist")
+        if blob:
+            self.blobs.append((blob, sign))
+
+    def hist(self) -> Hist:
+        counts = sum_blobs(self.blobs, self.spec.bins)
+        counts[0] += self.dense
+        return Hist(self.spec, self.n, self.total, counts)
+
+
+def _whole_row(row: Mapping[str, Any], key_names: Sequence[str], specs: Sequence[BinSpec],
+               synced: int) -> dict[str, Any]:
+    """The row as written: its key, counts and sums (missing ones 0), blobs as given."""
+    out: dict[str, Any] = {k: row[k] for k in key_names}
+    out["samples"] = int(row.get("samples") or 0)
+    for spec in specs:
+        name = spec.name
+        blob = row.get(f"{name}_hist")
+        out[f"{name}_n"] = int(row.get(f"{name}_n") or 0)
+        out[f"{name}_sum"] = float(row.get(f"{name}_sum") or 0.0)
+        out[f"{name}_hist"] = bytes(blob) if blob else b""
+    if "gpu_index" not in key_names:
+        out["gpu_power_sum"] = float(row.get("gpu_power_sum") or 0.0)
+        out["gpu_power_ticks"] = int(row.get("gpu_power_ticks") or 0)
+    out["synced"] = synced
+    return out
 
 
 def apply_rollups(conn: Connection, gpu_rows: Sequence[Mapping[str, Any]],
@@ -133,44 +185,64 @@ def apply_rollups(conn: Connection, gpu_rows: Sequence[Mapping[str, Any]],
     """Replace these rollup rows and move ``cluster_hourly`` by the difference.
 
     Rows are dicts with every column of their table (as :func:`unsynced`
-    returns them). Returns how many rows were written."""
+    returns them). Returns how many rows were written. The rows are written
+    as given (their blobs are not decoded and encoded again); the cluster
+    deltas add every new row and take away the row it replaces, in row order."""
     if not gpu_rows and not node_rows:
         return 0
     _lock_nodes(conn, [(r["cluster"], r["node"]) for r in (*gpu_rows, *node_rows)])
-    deltas: dict[tuple[str, float, str], list] = {}
+    deltas: dict[tuple[str, float, str], _Delta] = {}
     for (table, key_names, specs), rows in zip(_KINDS, (gpu_rows, node_rows), strict=True):
         if not rows:
             continue
-        new = {tuple(r[k] for k in key_names): RollupRow.from_row(r, key_names, specs) for r in rows}
-        old = _existing(conn, table, key_names, specs, list(new))
+        new = {tuple(r[k] for k in key_names): r for r in rows}
+        old = _existing_rows(conn, table, key_names, list(new))
+        hour_at = key_names.index("hour_ts")
         for key, row in new.items():
             before = old.get(key)
-            cluster, hour = row.key[0], row.key[key_names.index("hour_ts")]
+            cluster, hour = key[0], key[hour_at]
             for spec in specs:
-                cell = deltas.setdefault((cluster, hour, spec.name), [Hist(spec), 0])
-                cell[0].merge(row.metrics[spec.name])
-                cell[1] += row.samples
+                cell = deltas.get((cluster, hour, spec.name))
+                if cell is None:
+                    cell = deltas[(cluster, hour, spec.name)] = _Delta(spec)
+                cell.add(row, spec.name, 1)
                 if before is not None:
-                    cell[0].merge(before.metrics[spec.name], sign=-1)
-                    cell[1] -= before.samples
+                    cell.add(before, spec.name, -1)
             if table is node_hourly:
                 _server_delta(deltas, cluster, hour, row, 1)
                 if before is not None:
                     _server_delta(deltas, cluster, hour, before, -1)
-        _write(conn, table, key_names, new.values(), synced=1)
-    _add_to_cluster(conn, deltas)
+        payload = [_whole_row(row, key_names, specs, 1) for row in new.values()]
+        for i in range(0, len(payload), 500):
+            upsert(conn, table, payload[i:i + 500], list(key_names))
+    _add_to_cluster(conn, {k: [d.hist(), d.samples] for k, d in deltas.items()})
     return len(gpu_rows) + len(node_rows)
 
 
-def _server_delta(deltas: dict, cluster: str, hour: float, row: RollupRow, sign: int) -> None:
+def _existing_rows(conn: Connection, table: Table, key_names: Sequence[str],
+                   keys: Sequence[tuple]) -> dict[tuple, Mapping[Any, Any]]:
+    out: dict[tuple, Mapping[Any, Any]] = {}
+    for i in range(0, len(keys), 400):
+        for r in conn.execute(select(table).where(_key_cond(table, key_names, keys[i:i + 400]))):
+            m = r._mapping
+            out[tuple(m[k] for k in key_names)] = m
+    return out
+
+
+def _server_delta(deltas: dict, cluster: str, hour: float, row: Mapping[Any, Any], sign: int) -> None:
     """A node-hour's part of the GPU share of server power (when it has both)."""
-    node_power = row.metrics["node_power"]
-    if not (row.gpu_power_ticks and node_power.n):
+    ticks = int(row.get("gpu_power_ticks") or 0)
+    power_n = int(row.get("node_power_n") or 0)
+    if not (ticks and power_n):
         return
-    means = (row.gpu_power_sum / row.gpu_power_ticks, node_power.total / node_power.n)
+    means = (float(row.get("gpu_power_sum") or 0.0) / ticks, float(row.get("node_power_sum") or 0.0) / power_n)
     for spec, mean in zip(SERVER_METRICS, means, strict=True):
-        cell = deltas.setdefault((cluster, hour, spec.name), [Hist(spec), 0])
-        cell[0].merge(Hist(spec, 1, mean, np.ones(1, dtype=np.int64)), sign=sign)
+        cell = deltas.get((cluster, hour, spec.name))
+        if cell is None:
+            cell = deltas[(cluster, hour, spec.name)] = _Delta(spec)
+        cell.n += sign
+        cell.total += sign * mean
+        cell.dense += sign
 
 
 def server_totals_from_nodes(conn: Connection) -> None:
@@ -178,11 +250,11 @@ def server_totals_from_nodes(conn: Connection) -> None:
     (stores whose cluster rows were built before those rows existed)."""
     c = cluster_hourly.c
     conn.execute(cluster_hourly.delete().where(c.metric.in_([m.name for m in SERVER_METRICS])))
-    deltas: dict = {}
+    deltas: dict[tuple[str, float, str], _Delta] = {}
     for r in conn.execute(select(node_hourly)):
-        row = RollupRow.from_row(dict(r._mapping), NODE_KEY, NODE_METRICS)
-        _server_delta(deltas, row.key[0], row.key[1], row, 1)
-    _add_to_cluster(conn, deltas)
+        m = r._mapping
+        _server_delta(deltas, m["cluster"], m["hour_ts"], m, 1)
+    _add_to_cluster(conn, {k: [d.hist(), d.samples] for k, d in deltas.items()})
 
 
 def _add_to_cluster(conn: Connection, deltas: Mapping[tuple[str, float, str], list]) -> None:

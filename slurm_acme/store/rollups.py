@@ -140,14 +140,38 @@ def encode(counts: np.ndarray) -> bytes:
     return bytes([width]) + pairs.tobytes()
 
 
+_DTYPES = {2: "<u2", 4: "<u4", 8: "<u8"}
+
+
 def decode(blob: bytes | None, bins: int) -> np.ndarray:
     """Blob -> dense int64 counts of length ``bins``."""
     out = np.zeros(bins, dtype=np.int64)
     if blob:
-        dtype = {2: "<u2", 4: "<u4", 8: "<u8"}[blob[0]]
-        pairs = np.frombuffer(blob, dtype=dtype, offset=1).astype(np.int64)
+        pairs = np.frombuffer(blob, dtype=_DTYPES[blob[0]], offset=1).astype(np.int64)
         np.add.at(out, pairs[0::2], pairs[1::2])
     return out
+
+
+def sum_blobs(parts: Iterable[tuple[bytes, int]], bins: int) -> np.ndarray:
+    """Dense int64 counts of the sum of ``sign * blob`` over ``(blob, sign)``
+    parts: every blob's bins and counts concatenated, then added up once
+    (what :func:`decode` and ``+=`` per blob give, for a fraction of the
+    numpy calls). Exact while no bin's running total passes 2**53."""
+    bins_of: list[np.ndarray] = []
+    counts_of: list[np.ndarray] = []
+    for blob, sign in parts:
+        if not blob:
+            continue
+        pairs = np.frombuffer(blob, dtype=_DTYPES[blob[0]], offset=1)
+        bins_of.append(pairs[0::2])
+        counts_of.append(pairs[1::2] if sign == 1 else -pairs[1::2].astype(np.int64))
+    if not bins_of:
+        return np.zeros(bins, dtype=np.int64)
+    index = np.concatenate(bins_of).astype(np.intp)
+    if index.size and int(index.max()) >= bins:
+        raise IndexError(f"histogram bin {int(index.max())} beyond {bins} bins")
+    weights = np.concatenate([c.astype(np.float64) for c in counts_of])
+    return np.rint(np.bincount(index, weights=weights, minlength=bins)).astype(np.int64)
 
 
 # ------------------------------------------------------------------ one metric
@@ -378,11 +402,11 @@ class Distribution:
 
 def merged(spec: BinSpec, parts: Iterable[tuple[int, float, bytes | None]]) -> Distribution:
     """One distribution of ``(n, sum, blob)`` parts."""
-    counts = np.zeros(spec.bins, dtype=np.int64)
     n, total = 0, 0.0
+    blobs = []
     for part_n, part_sum, blob in parts:
         n += int(part_n or 0)
         total += float(part_sum or 0.0)
         if blob:
-            counts += decode(blob, spec.bins)
-    return Distribution(spec, n, total, counts)
+            blobs.append((blob, 1))
+    return Distribution(spec, n, total, sum_blobs(blobs, spec.bins))

@@ -82,3 +82,29 @@ def test_postgres_raw_samples_live_in_day_partitions_with_only_the_key_indexed(p
                                  "WHERE p.relname = 'gpu_samples'")).scalar()
     assert left == 2
     store.dispose()
+
+
+@pytest.mark.postgres
+def test_postgres_copy_keeps_every_value_exactly_and_sends_odd_values_as_text(pg_url):
+    """Binary COPY stores the spool's values bit for bit (NULLs, awkward
+    floats, text with tabs); a value its column's binary dumper cannot pack
+    sends that batch as text COPY; a re-sent batch lands once."""
+    from slurm_acme.store import open_store
+
+    store = open_store(pg_url)
+    cols = ["cluster", "node", "ts", "gpu_index", "job_id", "util_percent", "sm_active", "power_w", "flags"]
+    awkward = [0.1, 1 / 3, 1e-300, 2.0**60 + 1024, -0.0, 123456.789012345678]
+    sent = [("c", "n\t1", DAY0 + i, i % 8, None if i % 2 else f"j\\{i}", v, None, v * 3, "a,b\nc")
+            for i, v in enumerate(awkward)]
+    odd = [("c", "n2", DAY0 + 1.5, 0, "j", "42.5", None, 7, None)]  # a string in a float column
+    with store.engine.begin() as conn:
+        tstore.insert_ignore_tuples(conn, tstore.gpu_samples, cols, sent, tstore.GPU_KEY)
+    with store.engine.begin() as conn:  # re-sent after a crash, with the odd row
+        tstore.insert_ignore_tuples(conn, tstore.gpu_samples, cols, sent + odd, tstore.GPU_KEY)
+    with store.engine.connect() as conn:
+        got = [tuple(r) for r in conn.execute(text(
+            f"SELECT {', '.join(cols)} FROM gpu_samples ORDER BY node, ts"))]
+    assert got[:len(sent)] == sent
+    assert [repr(r[5]) for r in got[:len(sent)]] == [repr(v) for v in awkward]  # -0.0 and all digits
+    assert got[len(sent):] == [("c", "n2", DAY0 + 1.5, 0, "j", 42.5, None, 7.0, None)]
+    store.dispose()
