@@ -15,15 +15,19 @@ For each backend, in a fresh store:
    would write, a plain batched ``INSERT`` (executemany) of the same rows,
    is timed on a slice (``plain_insert_samples_per_s``).
 3. **The month's report** from rollups: ``sacme report --month 2023-07
-   --format json`` as a process (start-up included), and in-process
-   (``report_inproc_s``). The alternative, the utilisation section from raw
+   --format json`` as a process (``report_s``, start-up included; the bare
+   start-up is ``sacme_startup_s``), and in-process (``report_inproc_s``,
+   target ``report_inproc_le_3s``). The alternative, the utilisation section from raw
    samples (one SQL pass counting and one sorted pass for the median), is
    timed over the raw hours held and scaled to the month (``raw_month_est_s``).
 4. **Bytes per GPU-hour**: store bytes of raw GPU samples per GPU-hour and of
    the rollups (all three tables) per GPU-hour; ``rollup_to_raw`` is their ratio.
 
 Targets (issue 16): ``report_s <= 3`` on both, ``flush_samples_per_s >= 50000``
-on Postgres, ``rollup_to_raw <= 0.05``. Prints one JSON object.
+on Postgres, ``rollup_to_raw <= 0.05``. Prints one JSON object, with the load
+average at the start, after each flush and after each report: wall times on a
+shared machine move with it, so ``flush_samples_per_cpu_s`` (client and
+Postgres backend CPU together) is given beside the wall rate.
 
     python bench/telemetry_scale.py [--gpus 4704] [--days 30] [--raw-hours 24] [--backends sqlite,postgres]
 """
@@ -371,6 +375,7 @@ def run_backend(url: str, args: argparse.Namespace, tmp: Path) -> dict:
     out["report_s"] = round(min(w for w, _ in runs), 2)
     out["report_cpu_s"] = round(min(c for _, c in runs), 2)
     out["sacme_startup_s"] = round(min(startup() for _ in range(3)), 2)
+    out["report_load_average"] = round(os.getloadavg()[0], 1)
     out["raw_month_est_s"] = round(raw_alternative(store, args.raw_hours, args.days), 1)
     store.dispose()
     return out
@@ -384,7 +389,8 @@ def main() -> None:
     parser.add_argument("--flush-batch", type=int, default=50_000)
     parser.add_argument("--backends", default="sqlite,postgres")
     args = parser.parse_args()
-    result: dict = {"gpus": args.gpus, "days": args.days, "raw_hours": args.raw_hours, "backends": {}}
+    result: dict = {"gpus": args.gpus, "days": args.days, "raw_hours": args.raw_hours, "cpus": os.cpu_count(),
+                    "load_average_start": round(os.getloadavg()[0], 1), "backends": {}}
     with tempfile.TemporaryDirectory(prefix="acme-bench-telemetry-") as tmp:
         for backend in args.backends.split(","):
             if backend == "sqlite":
@@ -403,6 +409,8 @@ def main() -> None:
     b = result["backends"]
     result["targets"] = {
         "report_le_3s": all(v["report_s"] <= 3.0 for v in b.values()),
+        # The report's own work, without the CLI's start-up (another issue's):
+        "report_inproc_le_3s": all(v["report_inproc_s"] <= 3.0 for v in b.values()),
         "postgres_flush_ge_50k_per_s": b.get("postgres", {}).get("flush_samples_per_s", 0) >= 50_000,
         "rollups_le_5pct_of_raw": all((v.get("rollup_to_raw") or 1) <= 0.05 for v in b.values()),
     }
