@@ -53,6 +53,9 @@ class RootCauseBlock:
     #: srun's task ids need not agree).
     start_seq: int = -1
     end_seq: int = -1
+    #: The relay prefix (srun task) the block's lines came through: under
+    #: ``srun torchrun`` it is the failed rank's agent, whatever ``rank`` says.
+    relay_rank: int | None = None
     fields: dict[str, str] = field(default_factory=dict)
 
     def feed(self, line: str) -> bool:
@@ -60,7 +63,10 @@ class RootCauseBlock:
         if self.remaining <= 0:
             return False
         self.remaining -= 1
-        body = split_prefixes(line).body
+        origin = split_prefixes(line)
+        body = origin.body
+        if self.relay_rank is None:
+            self.relay_rank = origin.rank
         if body.strip().startswith("=") and self.fields:
             self.remaining = 0
             return False
@@ -145,7 +151,11 @@ def select_root_cause(
         return None
     pool = _candidates(events, book)
     if block is not None and block.rank is not None:
-        of_rank = [e for e in pool if e.rank == block.rank or block.start_seq <= e.seq <= block.end_seq]
+        # Events are keyed by their outermost relay (srun's task); when the block
+        # came through a relay that is not its rank (one torchrun agent per node),
+        # the failed rank's lines are that relay's, not those of srun task <rank>.
+        stream = block.relay_rank if block.relay_rank is not None else block.rank
+        of_rank = [e for e in pool if e.rank == stream or block.start_seq <= e.seq <= block.end_seq]
         pool = of_rank or pool
     if all(book.rules[e.rule_index].strength == "secondary" for e in pool):
         # Symptoms the run survived (routine fp16 overflows early on) are not

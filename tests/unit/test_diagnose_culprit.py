@@ -106,3 +106,24 @@ def test_kernel_xid_line_names_its_host():
     verdict = diagnose(["Mar 21 02:07:08 gpu-node12 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."],
                        cases=[])
     assert (verdict.category, verdict.node) == ("NodeFailure", "gpu-node12")
+
+
+def test_srun_torchrun_root_cause_block_follows_its_agent_not_srun_task_of_the_same_number():
+    # srun -l torchrun, one agent per node: torch's global rank 0 ran under srun
+    # task 1 (node2). Task 0's survivor logs a timestamped TCPStore warning later.
+    lines = [
+        "1: step 11 loss 10.6699",
+        "1: RuntimeError: NCCL error: unhandled system error, NCCL version 2.21.5",
+        "1: E1201 14:23:29.276000 6085 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9)",
+        "1: Root Cause (first observed failure):",
+        "1: [0]:",
+        "1:   time      : 2026-12-01_14:23:29",
+        "1:   host      : localhost",
+        "1:   rank      : 0 (local_rank: 0)",
+        "1:   exitcode  : -9 (pid: 6317)  (SIGKILL)",
+        "1: =====================================================",
+        "0: [W1201 14:23:31.772546841 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on SocketImpl(fd=3): "
+        "Failed to recv, got 0 bytes. Connection was likely closed.",
+    ]
+    verdict = diagnose(lines, cases=[], task_nodes={0: "node1", 1: "node2"})
+    assert (verdict.category, verdict.node) == ("NetworkError", "node2")
