@@ -156,7 +156,7 @@ class StreamingDiagnoser:
             seq = base + index
             text = decode(lines[index][:_LINE_CAP])
             if verdict.builtin == "header":
-                self.block = RootCauseBlock(start_seq=seq, end_seq=seq + BLOCK_LINES)
+                self.block = RootCauseBlock(start_seq=seq, end_seq=seq + BLOCK_LINES, relay_rank=rank)
                 self._block_open = True
                 self._continue_block(lines, index + 1)
                 continue

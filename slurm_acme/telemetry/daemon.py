@@ -42,11 +42,13 @@ def run_collector(settings: CollectorSettings, *, once: bool = False) -> int:
     """Run until signalled (or one tick and a flush with ``once``); 0 when another runs."""
     lock = take_lock(settings)
     if lock is None:
+        settings.start_claim.unlink(missing_ok=True)  # a redundant start: the running one holds the lock
         log.info("%s: a collector already runs here (%s)", settings.node, settings.lockfile)
         return 0
     collector = Collector(settings)
     try:
         write_pidfile(settings)
+        settings.start_claim.unlink(missing_ok=True)  # the next hook that finds no collector may start one
         collector.start()
         if once:
             collector.process_marks()

@@ -90,3 +90,10 @@ class CollectorSettings:
     @property
     def lockfile(self) -> Path:
         return self.node_dir / "collectd.lock"
+
+    @property
+    def start_claim(self) -> Path:
+        """The file a hook creates (O_EXCL) when it starts the collector, so
+        concurrent hooks start one; the running collector removes it. The name
+        is also written in the hook (slurm_acme/data/node/acme-hook)."""
+        return self.node_dir / "collectd.starting"

@@ -127,3 +127,19 @@ def test_srun_torchrun_root_cause_block_follows_its_agent_not_srun_task_of_the_s
     ]
     verdict = diagnose(lines, cases=[], task_nodes={0: "node1", 1: "node2"})
     assert (verdict.category, verdict.node) == ("NetworkError", "node2")
+
+
+def test_the_supervisors_labelled_feed_keys_the_root_cause_block_by_its_task():
+    """The supervisor strips srun's labels and passes the task as ``rank``."""
+    live = StreamingDiagnoser(retrieval=False, task_nodes={0: "node1", 1: "node2"})
+    for task, line in [
+        (1, "RuntimeError: NCCL error: unhandled system error, NCCL version 2.21.5"),
+        (1, "Root Cause (first observed failure):"), (1, "[0]:"), (1, "  host      : localhost"),
+        (1, "  rank      : 0 (local_rank: 0)"), (1, "  exitcode  : -9 (pid: 6317)  (SIGKILL)"),
+        (1, "====================================================="),
+        (0, "[W1201 14:23:31.772546841 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on SocketImpl(fd=3): "
+            "Failed to recv, got 0 bytes. Connection was likely closed."),
+    ]:
+        live.feed(line, rank=task)
+    verdict = live.result()
+    assert (verdict.category, verdict.node) == ("NetworkError", "node2")

@@ -296,3 +296,34 @@ def test_marks_the_hooks_write_are_read_back_by_the_collector(tree, hook, kind):
         kind, "4242", "node7", "alice", (1, 3))
     assert mark.exit_code == (137 if kind == "end" else None)
     assert mark.ts == pytest.approx(path.stat().st_mtime)
+
+
+def test_64_hooks_at_once_with_no_collector_start_one(tree):
+    """The fake collector never removes the start claim, as a real one still
+    starting would not have yet: every other hook must leave the start to it."""
+    env = slurm_env(tree)
+    procs = [subprocess.Popen([str(tree / "epilog/acme-epilog")], cwd="/", env={**env, "SLURM_JOB_ID": str(5000 + i),
+                              "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for i in range(64)]
+    assert all(p.wait(timeout=60) == 0 for p in procs)
+    run_hook_to_the_end(tree, "epilog", {**env, "SLURM_JOB_ID": "6000", "SLURM_SCRIPT_CONTEXT": "epilog_slurmd"})
+    assert len(wait_started(tree)) == 1
+    assert len(marks(tree)) == 65  # every hook still wrote its mark
+
+
+def test_a_start_claim_older_than_a_minute_is_taken_over(tree):
+    node_dir = tree / "spool" / "node7"
+    node_dir.mkdir(parents=True)
+    claim = node_dir / "collectd.starting"
+    claim.write_text("")
+    os.utime(claim, (time.time() - 120, time.time() - 120))  # a start that died two minutes ago
+    run_hook_to_the_end(tree, "prolog", slurm_env(tree))
+    assert len(wait_started(tree)) == 1
+
+
+def test_a_fresh_start_claim_is_left_to_its_owner(tree):
+    node_dir = tree / "spool" / "node7"
+    node_dir.mkdir(parents=True)
+    (node_dir / "collectd.starting").write_text("")
+    run_hook_to_the_end(tree, "prolog", slurm_env(tree))
+    assert not (tree / "started").exists()
