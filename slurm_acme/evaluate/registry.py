@@ -8,10 +8,14 @@ optionally:
 - ``lm_eval_task``: the lm-evaluation-harness task (or group) name, as ``--tasks`` takes it;
 - ``opencompass_config``: the OpenCompass dataset config, as ``--datasets`` takes it
   (a ``NAME.py`` under its ``configs/datasets`` or a ``--config-dir``);
+- ``lm_eval_unsupported``: why a dataset cannot be an lm-eval task (an LLM judge, its
+  own execution harness); the plan-time check prints it in place of a task name;
 - ``groups``: space-separated extra group names.
 
-An empty tool column means that tool has no such task; planning for it then
-fails with the tool's nearest names. User datasets are more such files layered
+Datasets lm-eval ships no task for are defined in ``slurm_acme/data/eval/lm_eval_tasks/``
+(lm-eval YAML, passed to it as an ``--include_path``). An empty tool column means
+that tool has no such task; planning for it then fails with the reason or the
+tool's nearest names. User datasets are more such files layered
 on top (later files win by name), listed in ``evaluate.datasets_files``.
 """
 
@@ -58,6 +62,7 @@ class Dataset:
     groups: tuple[str, ...] = ()
     lm_eval_task: str = ""
     opencompass_config: str = ""
+    lm_eval_unsupported: str = ""  # why no lm-eval task can exist ('' when one is mapped)
 
     def tool_task(self, backend: str) -> str:
         """This dataset's name in an external tool ('' when the registry maps none)."""
@@ -110,6 +115,11 @@ def shipped_registry_path() -> Path:
     return Path(str(resources.files("slurm_acme") / "data" / "eval" / "datasets.csv"))
 
 
+def shipped_lm_eval_tasks() -> Path:
+    """The lm-eval task definitions (YAML) for shipped datasets lm-eval itself lacks."""
+    return Path(str(resources.files("slurm_acme") / "data" / "eval" / "lm_eval_tasks"))
+
+
 def tiny_registry_path() -> Path:
     """Small datasets in the registry's format that the builtin backend can really run."""
     return Path(str(resources.files("slurm_acme") / "data" / "eval" / "tiny" / "datasets.csv"))
@@ -156,6 +166,7 @@ def read_registry_file(path: str | Path) -> list[Dataset]:
             groups=tuple((row.get("groups") or "").split()),
             lm_eval_task=(row.get("lm_eval_task") or "").strip(),
             opencompass_config=(row.get("opencompass_config") or "").strip(),
+            lm_eval_unsupported=(row.get("lm_eval_unsupported") or "").strip(),
         ))
     return out
 

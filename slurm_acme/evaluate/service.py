@@ -103,7 +103,8 @@ def _tool_parts(datasets: Sequence[Dataset], backend: str, tool: ext.ToolRun,
                          "evaluate.allow_unsandboxed_code = true in /etc/acme/acme.toml")
     wanted = {d.name: d.tool_task(backend) for d in datasets}
     catalogue = catalogue or load_catalogue(tool, [t for t in wanted.values() if t])
-    check_names(catalogue, wanted)
+    unsupported = {d.name: d.lm_eval_unsupported for d in datasets} if backend == "lm-eval" else {}
+    check_names(catalogue, wanted, unsupported)
     return {name: catalogue.reported_as(name, task) for name, task in wanted.items()}
 
 
@@ -219,9 +220,11 @@ def tool_commands(prepared: Prepared) -> list[tuple[str, str, list[str]]]:
 
 def submit(prepared: Prepared, slurm, store, cluster: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
     """Write the run spec, submit every job (all or nothing), record the run."""
+    from slurm_acme.evaluate.backends.harness import prepare_run_dir
     from slurm_acme.store import evaluate as store_eval
 
     write_spec(prepared.spec, prepared.run_dir)
+    prepare_run_dir(prepared.spec, prepared.run_dir)
     ids = execute(prepared.jobs, slurm)
     store_eval.create_run(store, eval_id=prepared.spec.eval_id, checkpoint=prepared.spec.checkpoint,
                           model_size_b=prepared.spec.model_size_b, cluster=cluster,

@@ -92,6 +92,14 @@ def offline_env() -> dict[str, str]:
             "HF_EVALUATE_OFFLINE": "1"}
 
 
+def lm_eval_include_paths(user_paths: Sequence[str] = ()) -> list[str]:
+    """The folders lm-eval indexes for seval: the shipped task definitions, then the
+    user's (a later folder's task overrides an earlier one of the same name)."""
+    from slurm_acme.evaluate.registry import shipped_lm_eval_tasks
+
+    return [str(shipped_lm_eval_tasks()), *user_paths]
+
+
 def lm_eval_catalogue(tool_python: str, include_paths: Sequence[str] = ()) -> Catalogue:
     """lm-eval's TaskManager task list (with the user's include paths)."""
     out = _tool_python(tool_python, _LM_EVAL_LIST, json.dumps(list(include_paths)),
@@ -132,21 +140,26 @@ def load_catalogue(tool, wanted: Sequence[str]) -> Catalogue:  # type: ignore[no
 
     python = tool_python(tool.executable)
     if tool.backend == "lm-eval":
-        return lm_eval_catalogue(python, tool.task_paths)
+        return lm_eval_catalogue(python, lm_eval_include_paths(tool.task_paths))
     found = opencompass_catalogue(python, tool.task_paths)
     known = [w for w in wanted if len(found.files.get(w, ())) == 1]
     return Catalogue(found.tool, found.names, found.files,
                      {k: tuple(v) for k, v in opencompass_abbrs(python, found, known).items()})
 
 
-def check_names(catalogue: Catalogue, wanted: Mapping[str, str]) -> None:
+def check_names(catalogue: Catalogue, wanted: Mapping[str, str],
+                unsupported: Mapping[str, str] | None = None) -> None:
     """Every (registry name -> tool name) must be a name the tool resolves to exactly one task.
 
-    Raises one InputError listing each unknown or ambiguous name with the tool's nearest names.
+    Raises one InputError listing each unknown or ambiguous name with the tool's nearest
+    names; a dataset the registry says the tool cannot run is listed with that reason.
     """
     problems = []
     for dataset, tool_name in wanted.items():
-        if not tool_name:
+        reason = (unsupported or {}).get(dataset, "")
+        if not tool_name and reason:
+            problems.append(f"{dataset}: {reason}; use --backend opencompass")
+        elif not tool_name:
             problems.append(f"{dataset}: no {catalogue.tool} task is mapped (registry column "
                             f"{column_for(catalogue.tool)!r} is empty)")
         elif tool_name not in catalogue.names:

@@ -112,13 +112,16 @@ def opencompass_abbr(model_path: str | Path) -> str:
 # ---------------------------------------------------------------- argv
 
 def lm_eval_argv(tool: ToolRun, model_path: str | Path, tasks: Sequence[str], output_path: str | Path,
-                 *, gpus: int) -> list[str]:
-    """``lm_eval run`` for one trial: inference and metrics in one run, samples logged."""
+                 *, gpus: int, include_path: str | None = None) -> list[str]:
+    """``lm_eval run`` for one trial: inference and metrics in one run, samples logged.
+
+    ``include_path`` is the one folder lm-eval's CLI takes (seval's shipped tasks, or
+    their union with the user's); without it, the user's own folder if any."""
     model_args = ",".join([f"pretrained={model_path}", *tool.model_args])
     argv = [tool.executable, "run", "--model", "hf", "--model_args", model_args, "--tasks", ",".join(tasks),
             "--device", "cuda:0" if gpus else "cpu", "--batch_size", tool.batch_size,
             "--output_path", str(output_path), "--log_samples"]
-    for path in tool.task_paths:
+    for path in [include_path] if include_path else tool.task_paths:
         argv += ["--include_path", path]
     if tool.num_fewshot is not None:
         argv += ["--num_fewshot", str(tool.num_fewshot)]

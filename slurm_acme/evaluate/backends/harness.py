@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_acme.evaluate.backends import external as ext
-from slurm_acme.evaluate.backends.catalogue import offline_env
+from slurm_acme.evaluate.backends.catalogue import lm_eval_include_paths, offline_env
 from slurm_acme.evaluate.spec import RunSpec, TrialSpec
 
 
@@ -47,7 +47,42 @@ def infer_argv(spec: RunSpec, run_dir: Path, trial: TrialSpec, model_path: str |
     if spec.backend == "opencompass":
         return ext.opencompass_argv(tool, model_path, _tasks(spec, trial), work_dir(run_dir, trial),
                                     mode="infer", gpus=gpus)
-    return ext.lm_eval_argv(tool, model_path, _tasks(spec, trial), work_dir(run_dir, trial), gpus=gpus)
+    return ext.lm_eval_argv(tool, model_path, _tasks(spec, trial), work_dir(run_dir, trial), gpus=gpus,
+                            include_path=lm_eval_include(tool, run_dir))
+
+
+def lm_eval_include(tool: ext.ToolRun, run_dir: Path) -> str:
+    """lm-eval's one ``--include_path``: the shipped task folder, or, when the user has a
+    task folder too, the union of both that :func:`prepare_run_dir` builds (lm-eval's
+    CLI takes a single path; its Python API takes a list)."""
+    paths = lm_eval_include_paths(tool.task_paths)
+    return paths[0] if len(paths) == 1 else str(run_dir / UNION_DIR)
+
+
+UNION_DIR = "lm_eval_tasks"
+
+
+def build_task_union(sources: list[str], dest: Path) -> None:
+    """One folder holding every source's tree: real directories, files as symlinks
+    (lm-eval's index does not descend into symlinked directories; ``include:`` and
+    ``!function`` resolve beside the link). The last source goes first, because within
+    one folder lm-eval keeps the first task of a name, and a user's task must win."""
+    for rank, source in enumerate(reversed(sources)):
+        root = Path(source)
+        top = dest / f"{rank}-{root.name}"
+        for path in sorted(root.rglob("*")):
+            target = top / path.relative_to(root)
+            if path.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+            elif path.is_file():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(path.resolve())
+
+
+def prepare_run_dir(spec: RunSpec, run_dir: Path) -> None:
+    """What the tool needs in the run dir before any job starts (the lm-eval task union)."""
+    if spec.backend == "lm-eval" and spec.tool is not None and spec.tool.task_paths:
+        build_task_union(lm_eval_include_paths(spec.tool.task_paths), run_dir / UNION_DIR)
 
 
 def score_argv(spec: RunSpec, run_dir: Path, trial: TrialSpec) -> list[str] | None:
