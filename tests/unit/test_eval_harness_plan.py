@@ -55,9 +55,50 @@ def test_unknown_tool_names_are_rejected_at_plan_time_with_the_nearest(tmp_path,
     with pytest.raises(InputError, match=r"myqa: lm-eval has no task .siqa. \(nearest: piqa, siqa_ca, social_iqa\)"):
         service.prepare(cfg, str(ckpt), "myqa", nodes=["n1"], db_url="sqlite://", backend="lm-eval",
                         catalogue=LM_TASKS, python=str(tools / "python"))
-    with pytest.raises(InputError, match="C3: no lm-eval task is mapped"):
-        service.prepare(cfg, str(ckpt), "C3,hellaswag", nodes=["n1"], db_url="sqlite://", backend="lm-eval",
+    with pytest.raises(InputError, match="myqa: no lm-eval task is mapped"):
+        registry.write_text("name,num_examples,mode,metric,cpu_heavy,oc_cost_units,lm_eval_task\n"
+                            "myqa,10,ppl,acc,no,20,\n")
+        service.prepare(cfg, str(ckpt), "myqa,hellaswag", nodes=["n1"], db_url="sqlite://", backend="lm-eval",
                         catalogue=LM_TASKS, python=str(tools / "python"))
+
+
+def test_a_dataset_lm_eval_cannot_run_is_refused_with_the_registrys_reason(tmp_path, tools, ckpt):
+    with pytest.raises(InputError) as err:
+        service.prepare(_cfg(tmp_path), str(ckpt), "mtbench,hellaswag", nodes=["n1"], db_url="sqlite://",
+                        backend="lm-eval", catalogue=LM_TASKS, python=str(tools / "python"))
+    assert str(err.value) == ("--datasets: mtbench: scored by an LLM judge (GPT-4 single-answer grading of "
+                              "two turns); lm-eval has no judge; use --backend opencompass")
+
+
+def test_the_shipped_lm_eval_tasks_reach_lm_eval_as_its_include_path(tmp_path, tools, ckpt):
+    from slurm_acme.evaluate.backends.harness import prepare_run_dir
+    from slurm_acme.evaluate.registry import shipped_lm_eval_tasks
+
+    catalogue = Catalogue("lm-eval", LM_TASKS.names | {"clue_c3", "mine"})
+    prepared = service.prepare(_cfg(tmp_path), str(ckpt), "C3,hellaswag", nodes=["n1"], db_url="sqlite://",
+                               backend="lm-eval", catalogue=catalogue, python=str(tools / "python"), eval_id="e3")
+    commands = [argv for _, _, argv in service.tool_commands(prepared)]
+    assert {t for argv in commands for t in argv[argv.index("--tasks") + 1].split(",")} == {"clue_c3", "hellaswag"}
+    for argv in commands:
+        assert argv.count("--include_path") == 1
+        assert argv[argv.index("--include_path") + 1] == str(shipped_lm_eval_tasks())
+    # With the user's folder too, lm-eval (one --include_path) gets a union of both in the run dir.
+    mine = tmp_path / "my-tasks"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "sub" / "mine.yaml").write_text("task: mine\n")
+    prepared = service.prepare(_cfg(tmp_path), str(ckpt), "C3", nodes=["n1"], db_url="sqlite://",
+                               backend="lm-eval", catalogue=catalogue, python=str(tools / "python"), eval_id="e4",
+                               tool_overrides={"task_paths": [str(mine)]})
+    argv = service.tool_commands(prepared)[0][2]
+    union = prepared.run_dir / "lm_eval_tasks"
+    assert argv.count("--include_path") == 1 and argv[argv.index("--include_path") + 1] == str(union)
+    assert not union.exists(), "a dry run writes nothing"
+    prepared.run_dir.mkdir(parents=True)
+    prepare_run_dir(prepared.spec, prepared.run_dir)
+    user_copy = union / "0-my-tasks" / "sub" / "mine.yaml"
+    assert user_copy.is_symlink() and user_copy.resolve() == (mine / "sub" / "mine.yaml").resolve()
+    assert (union / "1-lm_eval_tasks" / "clue_c3.yaml").resolve() == shipped_lm_eval_tasks() / "clue_c3.yaml"
+    assert not any(p.is_symlink() and p.is_dir() for p in union.rglob("*")), "lm-eval does not descend links"
 
 
 def test_shipped_names_become_the_tools_names_and_a_trial_runs_them_together(tmp_path, tools, ckpt):
@@ -191,7 +232,12 @@ def test_first_fit_decreasing_packs_largest_first_under_the_cap():
     assert first_fit_decreasing([9], float, 8) == [[9]]
 
 
-def test_every_shipped_dataset_names_an_opencompass_config_and_most_an_lm_eval_task():
+def test_every_shipped_dataset_names_an_opencompass_config_and_an_lm_eval_task_or_why_not():
     shipped = load_registry(include_tiny=False).select("all")
     assert len(shipped) == 63 and all(d.opencompass_config for d in shipped)
-    assert sum(bool(d.lm_eval_task) for d in shipped) == 37
+    assert all(bool(d.lm_eval_task) != bool(d.lm_eval_unsupported) for d in shipped)
+    assert sum(bool(d.lm_eval_task) for d in shipped) == 58
+    unsupported = {d.name: d.lm_eval_unsupported for d in shipped if d.lm_eval_unsupported}
+    assert set(unsupported) == {"alpaca_eval", "mtbench", "ds1000", "GaokaoBench", "flores_100"}
+    assert "LLM judge" in unsupported["alpaca_eval"] and "LLM judge" in unsupported["mtbench"]
+    assert "execution harness" in unsupported["ds1000"]
