@@ -56,6 +56,9 @@ class RootCauseBlock:
     #: The relay prefix (srun task) the block's lines came through: under
     #: ``srun torchrun`` it is the failed rank's agent, whatever ``rank`` says.
     relay_rank: int | None = None
+    #: The node the supervisor says the block's lines came from (torchrun's
+    #: agents are not ranks, so it passes the node instead of a task).
+    relay_node: str | None = None
     fields: dict[str, str] = field(default_factory=dict)
 
     def feed(self, line: str) -> bool:
@@ -154,8 +157,14 @@ def select_root_cause(
         # Events are keyed by their outermost relay (srun's task); when the block
         # came through a relay that is not its rank (one torchrun agent per node),
         # the failed rank's lines are that relay's, not those of srun task <rank>.
-        stream = block.relay_rank if block.relay_rank is not None else block.rank
-        of_rank = [e for e in pool if e.rank == stream or block.start_seq <= e.seq <= block.end_seq]
+        def of_stream(e: FailureEvent) -> bool:
+            if block.relay_rank is not None:
+                return e.rank == block.relay_rank
+            if block.relay_node is not None:
+                return e.node == block.relay_node
+            return e.rank == block.rank
+
+        of_rank = [e for e in pool if of_stream(e) or block.start_seq <= e.seq <= block.end_seq]
         pool = of_rank or pool
     if all(book.rules[e.rule_index].strength == "secondary" for e in pool):
         # Symptoms the run survived (routine fp16 overflows early on) are not

@@ -156,7 +156,8 @@ class StreamingDiagnoser:
             seq = base + index
             text = decode(lines[index][:_LINE_CAP])
             if verdict.builtin == "header":
-                self.block = RootCauseBlock(start_seq=seq, end_seq=seq + BLOCK_LINES, relay_rank=rank)
+                self.block = RootCauseBlock(start_seq=seq, end_seq=seq + BLOCK_LINES, relay_rank=rank,
+                                            relay_node=node)
                 self._block_open = True
                 self._continue_block(lines, index + 1)
                 continue

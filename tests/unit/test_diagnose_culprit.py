@@ -143,3 +143,20 @@ def test_the_supervisors_labelled_feed_keys_the_root_cause_block_by_its_task():
         live.feed(line, rank=task)
     verdict = live.result()
     assert (verdict.category, verdict.node) == ("NetworkError", "node2")
+
+
+def test_under_torchrun_the_supervisor_passes_nodes_and_the_block_follows_its_node():
+    """torchrun's agents are not ranks: the supervisor passes each line's node only."""
+    live = StreamingDiagnoser(retrieval=False)
+    for node, line in [
+        ("node2", "RuntimeError: NCCL error: unhandled system error, NCCL version 2.21.5"),
+        ("node1", "[rank1]: RuntimeError: [gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer."),
+        ("node2", "Root Cause (first observed failure):"), ("node2", "[0]:"), ("node2", "  host      : localhost"),
+        ("node2", "  rank      : 0 (local_rank: 0)"), ("node2", "  exitcode  : -9 (pid: 6317)  (SIGKILL)"),
+        ("node2", "====================================================="),
+        ("node1", "[W1201 14:23:31.772546841 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on SocketImpl(fd=3): "
+                  "Failed to recv, got 0 bytes. Connection was likely closed."),
+    ]:
+        live.feed(line, node=node)
+    verdict = live.result()
+    assert (verdict.category, verdict.node) == ("NetworkError", "node2")
