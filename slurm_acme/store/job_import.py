@@ -178,18 +178,9 @@ class StagedJobImport:
     one ``INSERT ... SELECT`` converts and upserts the rest. Everything runs in
     one transaction, rolled back if the caller raises. ``columns`` gives, per
     CSV position, an object with ``target``, ``kind`` and ``choices``
-        self._conn: Any = None
-        self._cursor: Any = None
-        self._had_rows = True
-        self.touched_days: set[int] = set()
-        predicates = [(i, _bad_predicate(c.kind, f"c{i}", c.choices, int_max))
-                      for i, c in enumerate(columns) if c is not None]
-        checks = [(i, p) for i, p in predicates if p]
-        names = [c.name if c is not None else None for c in columns]
-        if all(n in names for n in ordered):  # last: the columns' own rules come first
-            start, end = (f"c{names.index(n)}" for n in ordered)
-            checks.append((names.index(ordered[1]),
-                           f"({start} != '' AND {end} != '' AND julianday({end}) < julianday({start}))"))
+    (``slurm_acme.ingest.trace.Column``), or None to ignore that position;
+    ``int_max`` bounds integers and ``ordered`` names two time columns whose
+    order is checked (the trace module owns those rules).
     """
 
     def __init__(self, store: Store, *, cluster: str, source: str, columns: Sequence,
