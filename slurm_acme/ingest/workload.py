@@ -18,8 +18,14 @@ _COMMENT = re.compile(r"(?:^|[\s,;])acme:type=([A-Za-z]+)")
 
 
 class NameRule(Protocol):
-    pattern: str
-    type: str
+    """A job-name rule as classify reads it (config.NameRule is one). Read-only
+    members, so a rule whose ``type`` is the narrower WorkloadType still fits."""
+
+    @property
+    def pattern(self) -> str: ...
+
+    @property
+    def type(self) -> str: ...
 
 
 def type_from_comment(comment: str | None) -> str | None:
