@@ -38,7 +38,9 @@ def test_two_srun_tasks_train_with_gloo_checkpoint_shards_and_resume(slurm_clust
     assert "[rank 0] step 6" in out and "[rank 1] step 6" in out
     manifest = read_manifest(tmp_path / "ckpt" / "step_00000006")
     assert manifest is not None and manifest.world_size == 2
-    assert sorted(s.rank for s in manifest.shards) == [0, 1]
+    # One DCP data file per rank, and DCP's .metadata, which the coordinator (rank 0) writes.
+    assert sorted((s.rank, s.file) for s in manifest.shards) == [(0, ".metadata"), (0, "__0_0.distcp"),
+                                                                 (1, "__1_0.distcp")]
     steps = [m for m in read_metrics(tmp_path / "metrics.jsonl") if m["event"] == "step"]
     by_rank = {r: {m["step"]: m for m in steps if m["rank"] == r} for r in (0, 1)}
     assert sorted(by_rank[0]) == sorted(by_rank[1]) == list(range(1, 7))
