@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, RowMapping, and_, func, select, text
 
@@ -142,16 +143,22 @@ def _action(r: RowMapping) -> NodeAction:
                       reason=r["reason"] or "", by_user=r["by_user"], id=r["id"])
 
 
+def _of_nodes(columns: Any, cluster: str | None, nodes: Iterable[str] | None) -> list[Any]:
+    """The WHERE terms both ledger tables share: one cluster, some nodes."""
+    conds: list[Any] = []
+    if cluster is not None:
+        conds.append(columns.cluster == cluster)
+    if nodes is not None:
+        conds.append(columns.node.in_(list(nodes)))
+    return conds
+
+
 @store_door
 def list_events(store: Store, *, cluster: str | None = None, nodes: Iterable[str] | None = None,
                 since: float | None = None) -> list[NodeEvent]:
     """Ledger events, oldest first, optionally of some nodes and since a time."""
     e = node_events.c
-    conds = []
-    if cluster is not None:
-        conds.append(e.cluster == cluster)
-    if nodes is not None:
-        conds.append(e.node.in_(list(nodes)))
+    conds = _of_nodes(e, cluster, nodes)
     if since is not None:
         conds.append(e.ts >= since)
     query = select(node_events).where(and_(True, *conds)).order_by(e.ts, e.id)
@@ -164,12 +171,7 @@ def list_actions(store: Store, *, cluster: str | None = None,
                  nodes: Iterable[str] | None = None) -> list[NodeAction]:
     """Drains and resumes, oldest first."""
     a = node_actions.c
-    conds = []
-    if cluster is not None:
-        conds.append(a.cluster == cluster)
-    if nodes is not None:
-        conds.append(a.node.in_(list(nodes)))
-    query = select(node_actions).where(and_(True, *conds)).order_by(a.ts, a.id)
+    query = select(node_actions).where(and_(True, *_of_nodes(a, cluster, nodes))).order_by(a.ts, a.id)
     with store.engine.connect() as conn:
         return [_action(r) for r in conn.execute(query).mappings()]
 
