@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from state_equal import assert_same_state
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from slurm_acme.ckpt.checkpointer import AsyncCheckpointer, CheckpointMismatch
@@ -103,32 +104,14 @@ def _rich_state() -> tuple[dict, dict]:
     return state, rank_state
 
 
-def _assert_same(a, b) -> None:  # type: ignore[no-untyped-def]
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
-        assert torch.equal(a, b)
-    elif isinstance(a, np.ndarray):
-        assert a.dtype == b.dtype and np.array_equal(a, b)
-    elif isinstance(a, dict):
-        assert list(a) == list(b) or set(a) == set(b), (list(a), list(b))
-        for k in a:
-            _assert_same(a[k], b[k])
-    elif isinstance(a, (list, tuple)):
-        assert type(a) is type(b) and len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            _assert_same(x, y)
-    else:
-        assert type(a) is type(b) and a == b
-
-
 def test_resume_rebuilds_the_saved_state_with_its_key_types_and_empty_dicts(tmp_path: Path
                                                                             ) -> None:
     state, rank_state = _rich_state()
     _save(tmp_path, 12, state, rank_state)
     resumed = AsyncCheckpointer(tmp_path).resume(resume_from="")
     assert resumed is not None and resumed.step == 12
-    _assert_same(state, resumed.state)
-    _assert_same(rank_state, resumed.rank_state)
+    assert_same_state(state, resumed.state)
+    assert_same_state(rank_state, resumed.rank_state)
 
 
 def test_an_optimizer_resumed_without_a_template_continues_exactly(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from state_equal import assert_same_state
 
 from slurm_acme.ckpt.checkpointer import AsyncCheckpointer, CheckpointMismatch
 from slurm_acme.ckpt.fsio import LocalFS
@@ -31,28 +32,11 @@ def _state() -> dict:
             "flag": torch.tensor([True, False]), "empty": torch.empty(0, 5)}
 
 
-def _assert_same(a, b) -> None:  # type: ignore[no-untyped-def]
-    if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    elif isinstance(a, np.ndarray):
-        assert a.dtype == b.dtype and np.array_equal(a, b)
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for k in a:
-            _assert_same(a[k], b[k])
-    elif isinstance(a, (list, tuple)):
-        assert type(a) is type(b) and len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            _assert_same(x, y)
-    else:
-        assert a == b
-
-
 def test_flatten_round_trips_model_optimizer_and_rng_state() -> None:
     state = _state()
     skeleton, tensors = flatten(state)
     json.dumps(skeleton)  # the skeleton is plain JSON, never pickle
-    _assert_same(state, unflatten(json.loads(json.dumps(skeleton)), tensors))
+    assert_same_state(state, unflatten(json.loads(json.dumps(skeleton)), tensors))
 
 
 def test_flatten_names_the_path_of_an_unsupported_value() -> None:
@@ -91,7 +75,7 @@ def test_shard_file_round_trips_model_optimizer_and_rng_state(tmp_path: Path) ->
     path = tmp_path / "rank00000.acme"
     path.write_bytes(_shard_bytes(state))
     shard = read_shard(path)
-    _assert_same(state, unflatten(shard.skeleton, shard.tensors))
+    assert_same_state(state, unflatten(shard.skeleton, shard.tensors))
 
 
 def test_read_shard_accepts_a_str_path(tmp_path: Path) -> None:
@@ -126,7 +110,7 @@ def test_a_v1_checkpoint_is_resumed_and_newer_saves_are_dcp(tmp_path: Path) -> N
     ck = AsyncCheckpointer(tmp_path, keep=5)
     resumed = ck.resume(resume_from="")
     assert resumed is not None and resumed.step == 4 and resumed.rank_state is None
-    _assert_same(state, resumed.state)
+    assert_same_state(state, resumed.state)
     ck.save(5, {"w": torch.ones(2)})
     assert ck.wait().committed  # type: ignore[union-attr]
     assert (tmp_path / "step_00000005" / ".metadata").is_file()
