@@ -96,12 +96,8 @@ def bisect(nodes: Sequence[str], run_test: RunTest, *, seed: int | None = None,
     if good:
         groups = round2_groups(nodes, good)
         say(f"suspects only: {len(groups)} test(s), each paired with a known-good node")
-        results = run_round(groups, run_test, parallel)
-        evidence += [Evidence.from_result(r, TEST_REPAIR, 2) for r in results]
-        bad = {r.group[0] for r in results if not r.passed}
-        return BisectionOutcome(tuple(n for n in nodes if n in bad),
-                                tuple(n for n in nodes if n not in bad),
-                                1, len(groups), tuple(evidence), False)
+        return _judge_suspects(nodes, groups, TEST_REPAIR, run_test, parallel,
+                               evidence=evidence, rounds=1, tests=0, fallback=False)
 
     groups = round1_groups(nodes, seed)
     say(f"round 1: {len(groups)} test(s) over {len(nodes)} node(s)")
@@ -122,12 +118,24 @@ def bisect(nodes: Sequence[str], run_test: RunTest, *, seed: int | None = None,
     else:
         groups, name = round2_groups(suspects, passed), TEST_REPAIR
     say(f"round 2: {len(groups)} test(s) of {len(suspects)} suspect(s)")
+    return _judge_suspects(nodes, groups, name, run_test, parallel,
+                           evidence=evidence, rounds=2, tests=tests, fallback=fallback)
+
+
+def _judge_suspects(nodes: Sequence[str], groups: Sequence[Group], name: str, run_test: RunTest,
+                    parallel: int, *, evidence: list[Evidence], rounds: int, tests: int,
+                    fallback: bool) -> BisectionOutcome:
+    """Run the tests that judge each suspect (a group's first node) and split ``nodes``.
+
+    Both ways into the judging round (after round 1, or straight from known-good
+    nodes) end here, so a suspect is bad exactly when its own group failed.
+    """
     results = run_round(groups, run_test, parallel)
-    evidence += [Evidence.from_result(r, name, 2) for r in results]
+    evidence = [*evidence, *(Evidence.from_result(r, name, 2) for r in results)]
     bad = {r.group[0] for r in results if not r.passed}
     return BisectionOutcome(tuple(n for n in nodes if n in bad),
                             tuple(n for n in nodes if n not in bad),
-                            2, tests + len(groups), tuple(evidence), fallback)
+                            rounds, tests + len(groups), tuple(evidence), fallback)
 
 
 def _round1_name(group: Group) -> str:
