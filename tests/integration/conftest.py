@@ -187,6 +187,41 @@ def wait_for_accounting(slurm, job_ids, *, array_tasks=None, timeout: float = 12
         time.sleep(poll)
 
 
+def run_sacme(env: dict[str, str], db_url: str, *args: str) -> str:
+    """Run the real ``sacme`` CLI on store ``db_url``; fail unless it exits 0; its stdout."""
+    proc = subprocess.run([sys.executable, "-m", "slurm_acme", "--db", db_url, *args], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def stored_job_rows(db_url: str, *where):  # type: ignore[no-untyped-def]
+    """The ``jobs`` rows of store ``db_url`` that match every clause of ``where``."""
+    from sqlalchemy import select
+
+    from slurm_acme.store import open_store
+    from slurm_acme.store.schema.core import jobs
+
+    store = open_store(db_url)
+    try:
+        with store.engine.connect() as conn:
+            return conn.execute(select(jobs).where(*where)).mappings().all()
+    finally:
+        store.dispose()
+
+
+@pytest.fixture(scope="session")
+def stored_jobs():  # type: ignore[no-untyped-def]
+    """The :func:`stored_job_rows` helper, as a fixture: ``stored_jobs(db_url, *where)``."""
+    return stored_job_rows
+
+
+@pytest.fixture(scope="session")
+def sacme():  # type: ignore[no-untyped-def]
+    """The :func:`run_sacme` helper, as a fixture: ``sacme(env, db_url, *args) -> stdout``."""
+    return run_sacme
+
+
 @pytest.fixture(scope="session")
 def wait_accounted():  # type: ignore[no-untyped-def]
     """The :func:`wait_for_accounting` helper, as a fixture."""

@@ -10,30 +10,20 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
 
-from slurm_acme.store import open_store
 from slurm_acme.store.schema.core import jobs
 
 pytestmark = pytest.mark.integration
 
 
-def sacme(env: dict[str, str], db_url: str, *args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "slurm_acme", "--db", db_url, *args], env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
-
-
-def test_report_counts_ingested_sacct_jobs(slurm_cluster, slurm, wait_job, wait_accounted, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_report_counts_ingested_sacct_jobs(slurm_cluster, slurm, wait_job, wait_accounted, sacme,
+                                           stored_jobs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     since = math.floor(time.time()) - 1
     tag = uuid.uuid4().hex[:6]
     common = ["-N", "1", "-D", str(tmp_path), "-o", str(tmp_path / "%j.out"), "-t", "5"]
@@ -50,12 +40,7 @@ def test_report_counts_ingested_sacct_jobs(slurm_cluster, slurm, wait_job, wait_
     since_iso = datetime.fromtimestamp(since, timezone.utc).isoformat()
     report = json.loads(sacme(slurm_cluster.env, db_url, "report", "--since", since_iso, "--format", "json"))
 
-    store = open_store(db_url)
-    try:
-        with store.engine.connect() as conn:
-            rows = conn.execute(select(jobs).where(jobs.c.submit_ts >= since)).mappings().all()
-    finally:
-        store.dispose()
+    rows = stored_jobs(db_url, jobs.c.submit_ts >= since)
     mine = {r["job_id"]: r for r in rows}
     assert mine[gpu_job]["gpus"] == 2 and mine[gpu_job]["state"] == "COMPLETED"
     assert mine[cpu_job]["gpus"] == 0 and mine[cpu_job]["state"] == "FAILED"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 
 import pytest
@@ -15,14 +13,6 @@ from slurm_acme.store import open_store
 from slurm_acme.store.schema.core import jobs
 
 pytestmark = pytest.mark.integration
-
-
-def sacme(args, cluster, db_url):  # type: ignore[no-untyped-def]
-    proc = subprocess.run([sys.executable, "-m", "slurm_acme", "--db", db_url, *args],
-                          env=cluster.env, capture_output=True, text=True, timeout=300,
-                          check=False)
-    assert proc.returncode == 0, proc.stderr
-    return proc
 
 
 @pytest.fixture(scope="module")
@@ -57,26 +47,22 @@ def test_job_runs_on_two_nodes(finished_gpu_job, slurm):  # type: ignore[no-unty
     assert len(hosts) == 2 and all(h.startswith("node") for h in hosts)
 
 
-def test_ingest_finds_job_with_16_gpus_and_no_duplicates(finished_gpu_job, slurm_cluster, tmp_path):  # type: ignore[no-untyped-def]
+def test_ingest_finds_job_with_16_gpus_and_no_duplicates(finished_gpu_job, slurm_cluster, sacme,
+                                                         stored_jobs, tmp_path):  # type: ignore[no-untyped-def]
     job_id, name, job = finished_gpu_job
     db_url = f"sqlite:///{tmp_path / 'acme.db'}"
-    first = json.loads(sacme(["ingest", "--since", "1h", "--json"], slurm_cluster, db_url).stdout)
+    first = json.loads(sacme(slurm_cluster.env, db_url, "ingest", "--since", "1h", "--json"))
     assert first["inserted"] >= 1
     before = _all_rows(db_url)
     # Re-ingesting the same window (and the default incremental one) changes
     # none of the rows already there; jobs of other tests that ended in
     # between may be added, nothing else.
-    sacme(["ingest", "--since", "1h", "--json"], slurm_cluster, db_url)
-    sacme(["ingest", "--json"], slurm_cluster, db_url)
+    sacme(slurm_cluster.env, db_url, "ingest", "--since", "1h", "--json")
+    sacme(slurm_cluster.env, db_url, "ingest", "--json")
     after = _all_rows(db_url)
     assert {k: after[k] for k in before} == before
 
-    store = open_store(db_url)
-    try:
-        with store.engine.connect() as conn:
-            rows = conn.execute(select(jobs).where(jobs.c.job_id == job_id)).mappings().all()
-    finally:
-        store.dispose()
+    rows = stored_jobs(db_url, jobs.c.job_id == job_id)
     assert len(rows) == 1
     row = rows[0]
     assert row["name"] == name

@@ -11,28 +11,17 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
 
 from slurm_acme.slurm import JobState
-from slurm_acme.store import open_store
 from slurm_acme.store.schema.core import jobs
 
 pytestmark = pytest.mark.integration
-
-
-def sacme(env: dict[str, str], db_url: str, *args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "slurm_acme", "--db", db_url, *args], env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
 
 
 def numbers(doc: object, path: str = "") -> list[tuple[str, float]]:
@@ -56,7 +45,8 @@ def wait_pending_for_resources(slurm, job_id: str, timeout: float = 60) -> None:
         time.sleep(0.5)
 
 
-def test_report_over_a_job_cancelled_while_pending(slurm_cluster, slurm, wait_job, wait_accounted,
+def test_report_over_a_job_cancelled_while_pending(slurm_cluster, slurm, wait_job, wait_accounted, sacme,
+                                                   stored_jobs,
                                                    tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     since = math.floor(time.time()) - 1
     tag = uuid.uuid4().hex[:6]
@@ -81,12 +71,7 @@ def test_report_over_a_job_cancelled_while_pending(slurm_cluster, slurm, wait_jo
 
     db_url = f"sqlite:///{tmp_path / 'acme.db'}"
     sacme(slurm_cluster.env, db_url, "ingest", "--since", "1h")
-    store = open_store(db_url)
-    try:
-        with store.engine.connect() as conn:
-            row = conn.execute(select(jobs).where(jobs.c.job_id == pending)).mappings().one()
-    finally:
-        store.dispose()
+    [row] = stored_jobs(db_url, jobs.c.job_id == pending)
     if never_started:
         assert row["start_ts"] is None and row["duration_s"] is None and row["queue_s"] is None
     else:
