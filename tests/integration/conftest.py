@@ -210,6 +210,26 @@ def stored_job_rows(db_url: str, *where):  # type: ignore[no-untyped-def]
         store.dispose()
 
 
+def poll_until(predicate, what: str, *, timeout: float, poll: float = 0.5):  # type: ignore[no-untyped-def]
+    """Call ``predicate`` every ``poll`` seconds until it returns something truthy; return that.
+
+    Fails the test (``timed out waiting for <what>``) after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="session")
+def wait_until():  # type: ignore[no-untyped-def]
+    """The :func:`poll_until` helper, as a fixture: ``wait_until(predicate, what, timeout=...)``."""
+    return poll_until
+
+
 @pytest.fixture(scope="session")
 def stored_jobs():  # type: ignore[no-untyped-def]
     """The :func:`stored_job_rows` helper, as a fixture: ``stored_jobs(db_url, *where)``."""

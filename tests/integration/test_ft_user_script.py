@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -53,16 +52,6 @@ def plain(steps: int, *, every: int = 5, script: Path = PLAIN, extra: str = "",
 
 def run_dir(folder: Path, run_id: str) -> Path:
     return folder / "acme-runs" / run_id
-
-
-def wait_for(predicate, what: str, timeout: float = 240):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def progress_steps(folder: Path, run_id: str, job_id: str, attempt: int = 0) -> list[int]:
@@ -155,30 +144,33 @@ def test_d_a_script_that_only_prints_steps_is_seen_to_hang(slurm_cluster, slurm)
     assert second["outcome"] == "completed" and view["last_step"] == 12
 
 
-def test_e_scancel_leaves_the_run_cancelled(slurm_cluster, slurm) -> None:  # type: ignore[no-untyped-def]
+def test_e_scancel_leaves_the_run_cancelled(slurm_cluster, slurm, wait_until) -> None:  # type: ignore[no-untyped-def]
     folder, db = fresh_dir("user-scancel")
     spec = user_spec(folder, "user-scancel", plain(400, seconds=0.2))
     run_id, job_id = submit(db, spec)
     try:
-        wait_for(lambda: len(progress_steps(folder, run_id, job_id)) >= 3, "training steps")
+        wait_until(lambda: len(progress_steps(folder, run_id, job_id)) >= 3, "training steps",
+                   timeout=240, poll=1)
     finally:
         slurm.scancel([job_id])
-    view = wait_for(lambda: (v := status(db, run_id))["state"] == "CANCELLED" and v,
-                    "the run to be CANCELLED", timeout=120)
+    view = wait_until(lambda: (v := status(db, run_id))["state"] == "CANCELLED" and v,
+                      "the run to be CANCELLED", timeout=120, poll=1)
     assert len(view["attempts"]) == 1
     attempt = view["attempts"][0]
     assert attempt["outcome"] == "cancelled" and attempt["diagnosis"] is None
-    wait_for(lambda: slurm.show_job(job_id).state.is_terminal(), "the job to end", timeout=120)
+    wait_until(lambda: slurm.show_job(job_id).state.is_terminal(), "the job to end", timeout=120, poll=1)
     assert slurm.show_job(job_id).restarts == 0
 
 
-def test_f_a_node_set_down_is_excluded_and_training_continues_elsewhere(slurm_cluster, slurm) -> None:  # type: ignore[no-untyped-def]
+def test_f_a_node_set_down_is_excluded_and_training_continues_elsewhere(slurm_cluster, slurm,
+                                                                        wait_until) -> None:  # type: ignore[no-untyped-def]
     folder, db = fresh_dir("user-down")
     spec = user_spec(folder, "user-down", plain(40, seconds=0.3))
     run_id, job_id = submit(db, spec)
     victim = None
     try:
-        wait_for(lambda: (folder / "ckpt" / "ckpt_step_000010.pt").exists(), "a checkpoint")
+        wait_until(lambda: (folder / "ckpt" / "ckpt_step_000010.pt").exists(), "a checkpoint",
+                   timeout=240, poll=1)
         victim = status(db, run_id)["attempts"][0]["nodes"].split(",")[1]
         run_slurm(["scontrol", "update", f"nodename={victim}", "state=down",
                    "reason=acme-test-node-down"], timeout=30)
@@ -196,7 +188,7 @@ def test_f_a_node_set_down_is_excluded_and_training_continues_elsewhere(slurm_cl
     assert view["last_step"] == 40
 
 
-def test_g_a_time_limit_signal_after_done_completes_the_run(slurm_cluster, slurm) -> None:  # type: ignore[no-untyped-def]
+def test_g_a_time_limit_signal_after_done_completes_the_run(slurm_cluster, slurm, wait_until) -> None:  # type: ignore[no-untyped-def]
     folder, db = fresh_dir("user-done")
     # the script says "done" in the documented metrics format (a JSON line, no import),
     # then keeps working on its way out (saving, uploading) when the signal comes
@@ -206,7 +198,7 @@ def test_g_a_time_limit_signal_after_done_completes_the_run(slurm_cluster, slurm
     spec = user_spec(folder, "user-done", command, nodes=1)
     run_id, job_id = submit(db, spec)
     metrics = run_dir(folder, run_id) / f"attempt-0-{job_id}.metrics.jsonl"
-    wait_for(lambda: metrics.exists() and '"done"' in metrics.read_text(), "done")
+    wait_until(lambda: metrics.exists() and '"done"' in metrics.read_text(), "done", timeout=240, poll=1)
     run_slurm(["scancel", "--batch", "--signal=USR2", job_id], timeout=30)
     view = wait_run(db, run_id, job_id, slurm, timeout=120)
     assert view["state"] == "COMPLETED", view["reason"]

@@ -41,16 +41,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(what: str, check, timeout: float = 90.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def mark(settings: CollectorSettings, job: str, kind: str, gpus: str = "0,1") -> None:
     body = {"v": MARK_VERSION, "kind": kind, "job_id": job, "node": settings.node, "user": "alice",
             "gpus": gpus, "restart": 0}
@@ -79,7 +69,7 @@ def collector(tmp_path):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def prometheus(tmp_path, collector):  # type: ignore[no-untyped-def]
+def prometheus(tmp_path, collector, wait_until):  # type: ignore[no-untyped-def]
     c, _ = collector
     port = free_port()
     config = tmp_path / "prometheus.yml"
@@ -99,7 +89,7 @@ def prometheus(tmp_path, collector):  # type: ignore[no-untyped-def]
             return False
 
     try:
-        wait_for("Prometheus to be ready", ready, timeout=120)
+        wait_until(ready, "Prometheus to be ready", timeout=120)
         yield url
     finally:
         proc.terminate()
@@ -113,12 +103,14 @@ def instant(url: str, promql: str) -> list[dict]:
         return json.loads(resp.read())["data"]["result"]
 
 
-def test_prometheus_scrapes_the_collector_and_the_import_reads_it_back(collector, prometheus, tmp_path):
+def test_prometheus_scrapes_the_collector_and_the_import_reads_it_back(collector, prometheus, wait_until,
+                                                                       tmp_path):
     c, collector_store = collector
     began = time.time()
     mark(c.settings, "4242", "start")
-    busy = wait_for("the job's GPUs in Prometheus", lambda: (
-        r if len(r := instant(prometheus, 'DCGM_FI_DEV_GPU_UTIL{hpc_job="4242"}')) == 2 else None))
+    busy = wait_until(lambda: (
+        r if len(r := instant(prometheus, 'DCGM_FI_DEV_GPU_UTIL{hpc_job="4242"}')) == 2 else None),
+        "the job's GPUs in Prometheus", timeout=90)
     # export: dcgm-exporter's names and labels, synthetic data labelled as such
     assert {r["metric"]["gpu"] for r in busy} == {"0", "1"}
     for r in busy:
@@ -131,11 +123,12 @@ def test_prometheus_scrapes_the_collector_and_the_import_reads_it_back(collector
     fb = instant(prometheus, 'DCGM_FI_DEV_FB_USED{hpc_job="4242"} + DCGM_FI_DEV_FB_FREE{hpc_job="4242"}')
     assert all(float(r["value"][1]) == pytest.approx(80 * 1024) for r in fb)  # MiB, like dcgm-exporter
     assert instant(prometheus, "acme_node_cpu_utilisation_percent")
-    wait_for("15 scrapes of the job", lambda: (
+    wait_until(lambda: (
         (r := instant(prometheus, 'count_over_time(DCGM_FI_DEV_GPU_UTIL{hpc_job="4242"}[1m])'))
-        and min(float(x["value"][1]) for x in r) >= 15))
+        and min(float(x["value"][1]) for x in r) >= 15), "15 scrapes of the job", timeout=90)
     mark(c.settings, "4242", "end")
-    wait_for("the job's series to go stale", lambda: not instant(prometheus, 'DCGM_FI_DEV_GPU_UTIL{hpc_job="4242"}'))
+    wait_until(lambda: not instant(prometheus, 'DCGM_FI_DEV_GPU_UTIL{hpc_job="4242"}'),
+               "the job's series to go stale", timeout=90)
     time.sleep(3)
 
     # import: a fresh store gets rollups and the job's summary from PromQL
