@@ -3,9 +3,23 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import TypeVar
+
+_S = TypeVar("_S", bound="_StoredState")
 
 
-class EvalState(str, Enum):
+class _StoredState(str, Enum):
+    """A state stored as its value; reading it back is total (unknown text -> ``UNKNOWN``)."""
+
+    @classmethod
+    def parse(cls: type[_S], text: str | None) -> _S:
+        try:
+            return cls(text or "")
+        except ValueError:
+            return cls["UNKNOWN"]
+
+
+class EvalState(_StoredState):
     """An evaluation run as the store records it. Unknown stored text reads as UNKNOWN."""
 
     PLANNED = "PLANNED"
@@ -15,18 +29,11 @@ class EvalState(str, Enum):
     CANCELLED = "CANCELLED"
     UNKNOWN = "UNKNOWN"
 
-    @classmethod
-    def parse(cls, text: str | None) -> EvalState:
-        try:
-            return cls(text or "")
-        except ValueError:
-            return cls.UNKNOWN
-
     def is_terminal(self) -> bool:
         return self in (EvalState.COMPLETED, EvalState.PARTIAL, EvalState.CANCELLED)
 
 
-class TrialState(str, Enum):
+class TrialState(_StoredState):
     """One trial, from the files its jobs left in the run dir."""
 
     MISSING = "MISSING"  # no inference record
@@ -34,13 +41,6 @@ class TrialState(str, Enum):
     SCORED = "SCORED"
     FAILED = "FAILED"  # a step failed and left a note
     UNKNOWN = "UNKNOWN"
-
-    @classmethod
-    def parse(cls, text: str | None) -> TrialState:
-        try:
-            return cls(text or "")
-        except ValueError:
-            return cls.UNKNOWN
 
     def is_terminal(self) -> bool:
         return self in (TrialState.SCORED, TrialState.FAILED)
