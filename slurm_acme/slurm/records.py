@@ -71,13 +71,21 @@ class QueueJob:
 
 
 @dataclass(frozen=True)
-class ScontrolJob:
-    """``scontrol show job -o``: every ``Key=Value`` pair, plus typed views of the common ones."""
+class ScontrolRecord:
+    """One line of ``scontrol show ... -o``: its ``Key=Value`` pairs as Slurm printed them.
+
+    Subclasses add typed views; every other key stays readable through :meth:`get`.
+    """
 
     fields: dict[str, str] = field(hash=False)
 
     def get(self, key: str, default: str = "") -> str:
         return self.fields.get(key, default)
+
+
+@dataclass(frozen=True)
+class ScontrolJob(ScontrolRecord):
+    """``scontrol show job -o``: every ``Key=Value`` pair, plus typed views of the common ones."""
 
     @property
     def job_id(self) -> str:
@@ -121,13 +129,8 @@ class ScontrolJob:
 
 
 @dataclass(frozen=True)
-class ScontrolNode:
+class ScontrolNode(ScontrolRecord):
     """``scontrol show node -o``: every ``Key=Value`` pair, plus the ones callers need."""
-
-    fields: dict[str, str] = field(hash=False)
-
-    def get(self, key: str, default: str = "") -> str:
-        return self.fields.get(key, default)
 
     @property
     def name(self) -> str:
