@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +53,15 @@ from slurm_acme.report.period import month_period
 from slurm_acme.store import open_store
 from slurm_acme.store import telemetry as tstore
 from slurm_acme.store.report import JobFilter
-from slurm_acme.store.rollups import GPU_METRICS, NODE_METRICS, Hist, encode, gpu_metric_values, node_metric_values
+from slurm_acme.store.rollups import (
+    GPU_METRICS,
+    NODE_METRICS,
+    BinSpec,
+    Hist,
+    encode,
+    gpu_metric_values,
+    node_metric_values,
+)
 from slurm_acme.store.rows import upsert
 from slurm_acme.store.schema.telemetry import cluster_hourly, gpu_hourly, node_hourly
 
@@ -85,18 +94,23 @@ def simulated_samples(rng: np.random.Generator, busy: bool, ticks: int) -> list[
             for u, s, m, p, t in zip(util, sm, mem, power, temp, strict=True)]
 
 
+def hour_columns(specs: Sequence[BinSpec], values: Mapping[str, np.ndarray], cols: dict) -> dict:
+    """``cols`` plus one hour's histogram columns of ``values`` (and, under ``_counts``,
+    the raw bin counts the percentile checks stack)."""
+    metrics = {m.name: Hist(m) for m in specs}
+    for name, hist in metrics.items():
+        hist.add(values[name])
+        cols.update(hist.columns())
+    cols["_counts"] = {name: h.counts for name, h in metrics.items()}
+    return cols
+
+
 def gpu_profiles(rng: np.random.Generator, count: int) -> list[dict]:
     """``count`` GPU-hour rollups (columns without keys); 70 % busy, like Acme."""
     out = []
     for i in range(count):
         values = gpu_metric_values(simulated_samples(rng, i % 10 < 7, TICKS_PER_HOUR))
-        metrics = {m.name: Hist(m) for m in GPU_METRICS}
-        cols: dict = {"samples": TICKS_PER_HOUR}
-        for name, hist in metrics.items():
-            hist.add(values[name])
-            cols.update(hist.columns())
-        cols["_counts"] = {name: h.counts for name, h in metrics.items()}
-        out.append(cols)
+        out.append(hour_columns(GPU_METRICS, values, {"samples": TICKS_PER_HOUR}))
     return out
 
 
@@ -111,14 +125,9 @@ def node_profiles(rng: np.random.Generator, count: int) -> list[dict]:
                                          rng.exponential(2e8, TICKS_PER_HOUR),
                                          rng.exponential(2e8, TICKS_PER_HOUR), strict=True)]
         values = node_metric_values(rows)
-        metrics = {m.name: Hist(m) for m in NODE_METRICS}
-        cols: dict = {"samples": TICKS_PER_HOUR, "gpu_power_sum": float(rng.uniform(800, 3200)) * TICKS_PER_HOUR,
-                      "gpu_power_ticks": TICKS_PER_HOUR}
-        for name, hist in metrics.items():
-            hist.add(values[name])
-            cols.update(hist.columns())
-        cols["_counts"] = {name: h.counts for name, h in metrics.items()}
-        out.append(cols)
+        out.append(hour_columns(NODE_METRICS, values, {
+            "samples": TICKS_PER_HOUR, "gpu_power_sum": float(rng.uniform(800, 3200)) * TICKS_PER_HOUR,
+            "gpu_power_ticks": TICKS_PER_HOUR}))
     return out
 
 
