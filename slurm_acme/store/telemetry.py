@@ -262,7 +262,6 @@ def insert_ignore_tuples(conn: Connection, table, columns: Sequence[str],  # typ
         stamps = [r[i] for r in rows]
         partitions.ensure_days(conn, table.name, float(min(stamps)), float(max(stamps)))
     from psycopg import DataError
-    from psycopg.errors import UniqueViolation
 
     types = copy_types(table, columns)
     cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
@@ -270,25 +269,16 @@ def insert_ignore_tuples(conn: Connection, table, columns: Sequence[str],  # typ
         # The common case, a batch never sent before: COPY straight into the
         # table. A re-sent batch trips the unique key; then, and only then,
         # the batch goes through a staging table and ON CONFLICT DO NOTHING.
-        cursor.execute("SAVEPOINT acme_copy")
         try:
-            _copy_rows(cursor, table.name, names, rows, types)
-            cursor.execute("RELEASE SAVEPOINT acme_copy")
-            return
-        except UniqueViolation:
-            cursor.execute("ROLLBACK TO SAVEPOINT acme_copy")
+            if _copy_new_rows(cursor, table.name, names, rows, types):
+                return
         except (DataError, TypeError, ValueError, OverflowError):
             if types is None:
                 raise
             cursor.execute("ROLLBACK TO SAVEPOINT acme_copy")
             types = None
-            cursor.execute("SAVEPOINT acme_copy")
-            try:
-                _copy_rows(cursor, table.name, names, rows, None)
-                cursor.execute("RELEASE SAVEPOINT acme_copy")
+            if _copy_new_rows(cursor, table.name, names, rows, None):
                 return
-            except UniqueViolation:
-                cursor.execute("ROLLBACK TO SAVEPOINT acme_copy")
         staging = f"acme_stage_{table.name}"
         cursor.execute(f'CREATE TEMP TABLE IF NOT EXISTS "{staging}" ON COMMIT DELETE ROWS '
                        f'AS SELECT {names} FROM "{table.name}" WITH NO DATA')
@@ -316,6 +306,26 @@ def copy_types(table, columns: Sequence[str]) -> list[str] | None:  # type: igno
             return None
         out.append(kind)
     return out
+
+
+def _copy_new_rows(cursor, target: str, names: str, rows: Sequence[tuple],  # type: ignore[no-untyped-def]
+                   types: list[str] | None) -> bool:
+    """COPY ``rows`` straight into ``target`` inside savepoint ``acme_copy``.
+
+    True when they landed; False, rolled back to the savepoint, when one of them
+    is already there (a re-sent batch: the caller goes through a staging table).
+    Any other error leaves the savepoint open for the caller to roll back.
+    """
+    from psycopg.errors import UniqueViolation
+
+    cursor.execute("SAVEPOINT acme_copy")
+    try:
+        _copy_rows(cursor, target, names, rows, types)
+        cursor.execute("RELEASE SAVEPOINT acme_copy")
+        return True
+    except UniqueViolation:
+        cursor.execute("ROLLBACK TO SAVEPOINT acme_copy")
+        return False
 
 
 def _copy_rows(cursor, target: str, names: str, rows: Sequence[tuple],  # type: ignore[no-untyped-def]
