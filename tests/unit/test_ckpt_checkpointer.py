@@ -132,13 +132,20 @@ def test_a_failed_persist_is_reported_and_older_checkpoints_are_kept(
     assert ck.resume(resume_from="").step == 15  # type: ignore[union-attr]
 
 
-def test_skip_policy_skips_and_reports_while_a_save_is_in_flight(tmp_path: Path) -> None:
+def _first_save_in_flight(tmp_path: Path, policy: str) -> tuple[GatedFS, list[str], AsyncCheckpointer]:
+    """A checkpointer under ``policy`` whose step-1 save is held inside the gated filesystem;
+    its events as ``"<event>:<step>"``."""
     fs = GatedFS()
     events: list[str] = []
-    ck = AsyncCheckpointer(tmp_path, policy="skip", fs=fs,
+    ck = AsyncCheckpointer(tmp_path, policy=policy, fs=fs,
                            on_event=lambda e, s, **kw: events.append(f"{e}:{s}"))
     ck.save(1, _state(1.0))
     assert fs.entered.wait(10)
+    return fs, events, ck
+
+
+def test_skip_policy_skips_and_reports_while_a_save_is_in_flight(tmp_path: Path) -> None:
+    fs, events, ck = _first_save_in_flight(tmp_path, "skip")
     assert ck.save(2, _state(2.0)).action == "skipped"
     fs.gate.set()
     ck.wait()
@@ -147,12 +154,7 @@ def test_skip_policy_skips_and_reports_while_a_save_is_in_flight(tmp_path: Path)
 
 def test_wait_policy_blocks_until_the_previous_save_is_done_and_reports_it(tmp_path: Path
                                                                           ) -> None:
-    fs = GatedFS()
-    events: list[str] = []
-    ck = AsyncCheckpointer(tmp_path, policy="wait", fs=fs,
-                           on_event=lambda e, s, **kw: events.append(f"{e}:{s}"))
-    ck.save(1, _state(1.0))
-    assert fs.entered.wait(10)
+    fs, events, ck = _first_save_in_flight(tmp_path, "wait")
     threading.Timer(0.3, fs.gate.set).start()
     report = ck.save(2, _state(2.0))
     ck.wait()
