@@ -201,12 +201,19 @@ def open_store(url: str, *, migrate: bool = True, readonly: bool = False, group:
         engine.dispose()
         raise StoreUnavailable(f"database {shown} is unreachable: {reason}") from None
     store = Store(url=url, engine=engine)
-    if sqlite_readonly:
-        _require_current_schema(store, shown)
-    elif migrate:
-        from slurm_acme.store.migrate import upgrade
+    try:
+        if sqlite_readonly:
+            _require_current_schema(store, shown)
+        elif migrate:
+            from slurm_acme.store.migrate import upgrade
 
-        upgrade(store)
+            upgrade(store)
+    except SQLAlchemyError as exc:
+        # The server went away between the probe and the schema check (a restart,
+        # an admin's pg_terminate_backend): the same "unreachable" as a failed
+        # probe, so a caller that retries (the node collector) retries.
+        engine.dispose()
+        raise StoreUnavailable(f"database {shown} is unreachable: {sql_reason(exc)}") from None
     return store
 
 

@@ -80,6 +80,11 @@ class Site:
             except sqlite3.OperationalError:
                 return {"node_samples": 0, "gpu_samples": 0, "job_nodes": 0}
 
+    def log_tail(self, node: str, lines: int = 30) -> str:
+        """The end of a collector's log, for a failure message."""
+        log = self.spool / node / "collectd.log"
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else "(no log)"
+
     def central(self) -> dict[str, int]:
         store = open_store(self.store_url)
         try:
@@ -132,10 +137,11 @@ def test_store_down_spools_and_flushes_everything_later(site, pg_url):
     finally:
         set_reachable(pg_url, True)
     site.procs["t1"].send_signal(signal.SIGTERM)  # a clean stop flushes what is left
-    site.procs["t1"].wait(timeout=60)
+    code = site.procs["t1"].wait(timeout=60)
     spool = site.spool_counts("t1")
     central = site.central()
-    assert central["node_samples"] == spool["node_samples"] > 0
+    assert code == 0, f"the collector died (exit {code}): {site.log_tail('t1')}"
+    assert central["node_samples"] == spool["node_samples"] > 0, site.log_tail("t1")
     assert central["gpu_samples"] == spool["gpu_samples"] == 8 * spool["node_samples"]
     store = open_store(pg_url)
     try:

@@ -105,6 +105,23 @@ def test_unreachable_postgres_is_a_one_line_error():
     assert "\n" not in str(info.value)
 
 
+def test_a_server_lost_during_the_schema_check_is_unreachable_too(sqlite_url, monkeypatch):
+    """The probe answered, then the server went away (an admin's pg_terminate_backend,
+    a restart): the caller gets the same one-line StoreUnavailable, not a SQLAlchemy
+    error it cannot name (the node collector retries on StoreUnavailable)."""
+    from sqlalchemy.exc import OperationalError
+
+    import slurm_acme.store.migrate as migrate
+
+    def terminated(store):  # type: ignore[no-untyped-def]
+        raise OperationalError("SELECT version FROM acme_meta", {},
+                               Exception("terminating connection due to administrator command\nSSL..."))
+
+    monkeypatch.setattr(migrate, "upgrade", terminated)
+    with pytest.raises(StoreUnavailable, match="is unreachable: terminating connection due to administrator command$"):
+        open_store(sqlite_url)
+
+
 def test_password_is_hidden_in_errors():
     with pytest.raises(StoreUnavailable) as info:
         open_store("postgresql://u:s3cret@127.0.0.1:1/none")
