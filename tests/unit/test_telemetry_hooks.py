@@ -139,6 +139,35 @@ def test_prolog_starts_the_collector_detached_with_the_config(tree):
                         f"--log-file {tree}/spool/node7/collectd.log")]
 
 
+def test_the_collector_survives_slurmd_killing_the_hooks_process_group(tree):
+    """slurmd SIGKILLs a hook's process group the moment the hook exits. The started
+    collector must already be in a session of its own by then: before the hook waited
+    for that, about one start in three died before it wrote a line (CI, test_deploy)."""
+    import signal
+
+    fake = tree / "sbin" / "acme-collectd"
+    fake.write_text(f'#!/bin/sh\n/bin/sleep 0.3\necho "$*" >> {tree}/started\n')
+    node_dir = tree / "spool" / "node7"
+    tries = 20
+    for i in range(tries):
+        (node_dir / "collectd.starting").unlink(missing_ok=True)  # each try is a first start
+        hook = subprocess.Popen([str(tree / "prolog" / "acme-prolog")], env=slurm_env(tree, SLURM_JOB_ID=str(i)),
+                                cwd="/", start_new_session=True, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        assert hook.wait(timeout=10) == 0
+        try:
+            os.killpg(hook.pid, signal.SIGKILL)  # what slurmd does to the hook's group
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        started = (tree / "started").read_text().splitlines() if (tree / "started").exists() else []
+        if len(started) == tries:
+            break
+        time.sleep(0.1)
+    assert len(started) == tries, f"{tries - len(started)} of {tries} collectors were killed with the hook"
+
+
 def test_waiting_for_the_hook_to_the_end_covers_the_collector_it_starts(tree):
     """The event the negative test below waits on really includes the detached start."""
     assert run_hook_to_the_end(tree, "prolog", slurm_env(tree)).returncode == 0
