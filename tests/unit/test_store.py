@@ -118,7 +118,7 @@ def test_a_server_lost_during_the_schema_check_is_unreachable_too(sqlite_url, mo
                                Exception("terminating connection due to administrator command\nSSL..."))
 
     monkeypatch.setattr(migrate, "upgrade", terminated)
-    with pytest.raises(StoreUnavailable, match="is unreachable: terminating connection due to administrator command$"):
+    with pytest.raises(StoreUnavailable, match=r"is unreachable: terminating connection due to administrator command$"):
         open_store(sqlite_url)
 
 
