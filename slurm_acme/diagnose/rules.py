@@ -14,6 +14,7 @@ it matches the line's digits-zeroed key (see :mod:`slurm_acme.diagnose.lines`).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -83,25 +84,45 @@ class Rule:
     after: str | None = None
     window: int = DEFAULT_WINDOW
     ignore_case: bool = False
-    compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
-    node_re: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
     #: Pattern without digit literals: matching the key is matching the line.
     digit_free: bool = field(init=False, repr=False, compare=False)
-    gate: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
-
-    after_re: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        flags = re.IGNORECASE if self.ignore_case else 0
-        object.__setattr__(self, "compiled", re.compile(self.pattern, flags))
-        object.__setattr__(self, "node_re", re.compile(self.node) if self.node else None)
-        object.__setattr__(self, "after_re", re.compile(self.after, flags) if self.after else None)
         # A multi-line rule depends on the lines before: never decided by the key alone.
         digit_free = re.search(r"[0-9]", self.pattern.replace("0-9", "")) is None and not self.after
         object.__setattr__(self, "digit_free", digit_free)
+
+    # The regexes are compiled on first use: a book of a hundred rules costs
+    # ~50 ms of re.compile, while a log usually reaches a handful of them
+    # (``sacme diagnose`` on a short log pays start-up, not matching).
+    # :func:`parse_rule` compiles them up front where a file may be wrong.
+    @property
+    def _flags(self) -> int:
+        return re.IGNORECASE if self.ignore_case else 0
+
+    @functools.cached_property
+    def compiled(self) -> re.Pattern[str]:
+        return re.compile(self.pattern, self._flags)
+
+    @functools.cached_property
+    def node_re(self) -> re.Pattern[str] | None:
+        return re.compile(self.node) if self.node else None
+
+    @functools.cached_property
+    def after_re(self) -> re.Pattern[str] | None:
+        return re.compile(self.after, self._flags) if self.after else None
+
+    @functools.cached_property
+    def gate(self) -> re.Pattern[str] | None:
+        """The pattern to test a line's digits-zeroed key with (None: no gate)."""
         gate = self.pattern if re.search(r"[0-9]", self.pattern.replace("0-9", "")) is None \
             else _digit_gate(self.pattern)
-        object.__setattr__(self, "gate", re.compile(gate, flags) if gate is not None else None)
+        return re.compile(gate, self._flags) if gate is not None else None
+
+    def check(self) -> None:
+        """Compile every regex now, so a bad one raises ``re.error`` here, not mid-log."""
+        for name in ("compiled", "node_re", "after_re", "gate"):
+            getattr(self, name)
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: getattr(self, k) for k in ("id", "pattern", "category", "origin", "action")}
@@ -113,8 +134,13 @@ class Rule:
         return data
 
 
-def parse_rule(data: Any, source: str) -> Rule:
-    """Validate one rule mapping; errors name the file, rule and field."""
+def parse_rule(data: Any, source: str, *, compile_now: bool = True) -> Rule:
+    """Validate one rule mapping; errors name the file, rule and field.
+
+    ``compile_now=False`` leaves the regexes to first use: only for the shipped
+    book, which the unit tests compile whole (a site file's bad regex is
+    reported at load, naming the file).
+    """
     if not isinstance(data, dict):
         raise InputError(f"{source}: each rule must be a mapping, got {data!r}")
     rid = data.get("id", "?")
@@ -151,13 +177,16 @@ def parse_rule(data: Any, source: str) -> Rule:
         if not isinstance(data.get(flag, False), bool):
             raise InputError(f"{source}: rule {rid!r}: {flag} must be true or false")
     try:
-        return Rule(
+        rule = Rule(
             id=data["id"], pattern=data["pattern"], category=data["category"], origin=data["origin"],
             action=data["action"], node=data.get("node"), strength=strength,
             confidence=float(confidence), note=str(data.get("note", "")), keywords=tuple(keywords),
             culprit=culprit, generic=bool(data.get("generic", False)), after=after, window=window,
             ignore_case=bool(data.get("ignore_case", False)),
         )
+        if compile_now:
+            rule.check()
+        return rule
     except re.error as exc:
         raise InputError(f"{source}: rule {rid!r}: bad regex: {exc}") from None
     except (TypeError, ValueError, OverflowError) as exc:  # e.g. confidence: "high", node: [1]
@@ -176,7 +205,7 @@ class RuleFile:
     reporter_patterns: tuple[str, ...] = ()
 
 
-def parse_rule_file(text: str, source: str) -> RuleFile:
+def parse_rule_file(text: str, source: str, *, compile_now: bool = True) -> RuleFile:
     try:
         data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
@@ -215,13 +244,13 @@ def parse_rule_file(text: str, source: str) -> RuleFile:
         except re.error as exc:
             raise InputError(f"{source}: node pattern {pattern!r}: bad regex: {exc}") from None
     return RuleFile(
-        rules=tuple(parse_rule(r, source) for r in rules), prefilter=prefilter,
+        rules=tuple(parse_rule(r, source, compile_now=compile_now) for r in rules), prefilter=prefilter,
         node_patterns=node_patterns, disable=tuple(str(d) for d in data.get("disable") or ()),
         ignore=ignore, reporter_patterns=reporter_patterns,
     )
 
 
-def read_rule_file(path: str | Path) -> RuleFile:
+def read_rule_file(path: str | Path, *, compile_now: bool = True) -> RuleFile:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -229,7 +258,7 @@ def read_rule_file(path: str | Path) -> RuleFile:
         raise InputError(f"{path}: rule file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read rule file: {exc}") from None
-    return parse_rule_file(text, str(path))
+    return parse_rule_file(text, str(path), compile_now=compile_now)
 
 
 @dataclass(frozen=True)
@@ -317,7 +346,7 @@ class RuleBook:
     def load(cls, site_files: Iterable[str | Path] = ()) -> RuleBook:
         """The shipped rule book with each site file layered on top, in order."""
         shipped = shipped_rules_path()
-        files = [(str(shipped), read_rule_file(shipped))]
+        files = [(str(shipped), read_rule_file(shipped, compile_now=False))]
         files += [(str(p), read_rule_file(p)) for p in site_files]
         return cls.from_files(files)
 

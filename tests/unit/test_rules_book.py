@@ -31,6 +31,20 @@ def test_shipped_book_loads_with_valid_fields():
     assert {r.action for r in book.rules} <= {"requeue", "requeue_exclude_node", "rollback", "stop"}
 
 
+def test_every_shipped_regex_compiles():
+    # The shipped book compiles its regexes on first use; this is where a bad one shows.
+    for rule in RuleBook.load().rules:
+        rule.check()
+        assert rule.compiled.pattern == rule.pattern
+
+
+def test_a_site_rule_with_a_bad_node_regex_is_refused_at_load(tmp_path):
+    path = tmp_path / "site.yaml"
+    path.write_text("rules:\n  - {id: a, pattern: 'x', node: '(', category: C, origin: script, action: stop}\n")
+    with pytest.raises(InputError, match="bad regex"):
+        RuleBook.load([path])
+
+
 def test_hardware_rules_come_before_generic_cuda_errors():
     ids = [r.id for r in RuleBook.load().rules]
     generic = ids.index("cuda-error-generic")
