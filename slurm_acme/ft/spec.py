@@ -21,13 +21,15 @@ import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from slurm_acme.errors import InputError
 from slurm_acme.ft.sbatch_options import render_sbatch_options
+
+if TYPE_CHECKING:  # yaml is imported where a train.yaml is read: ``sacme status`` reads a stored spec (JSON)
+    import yaml
 
 #: A train.yaml is a few KB; anything near this is not a spec.
 MAX_SPEC_BYTES = 1 << 20
@@ -379,6 +381,8 @@ def _valid_keys(model: type[BaseModel]) -> list[str]:
 
 def _node_line(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     """1-based line of the YAML node at ``loc`` (the deepest one that exists)."""
+    import yaml
+
     node, line = root, (root.start_mark.line + 1 if root is not None else None)
     for part in loc:
         if isinstance(node, yaml.MappingNode):
@@ -411,6 +415,8 @@ def _describe(error: Mapping[str, Any]) -> str:
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """``--set a.b=value``: value read as YAML (``--set nodes=4`` is an int)."""
+    import yaml
+
     out = copy.deepcopy(data)
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -435,6 +441,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 def _refuse_aliases(text: str, source: str) -> None:
     """Refuse anchors, aliases and deep nesting before anything is built: the event
     stream is read lazily and stops at the first offence, so the cost stays bounded."""
+    import yaml
+
     depth = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         line = event.start_mark.line + 1 if event.start_mark is not None else "?"
@@ -452,6 +460,8 @@ def _refuse_aliases(text: str, source: str) -> None:
 
 def parse_spec(text: str, source: str, overrides: list[str] | None = None) -> TrainSpec:
     """Validate a ``train.yaml`` text; every error is one line naming file, line, field."""
+    import yaml
+
     if len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
         raise InputError(f"{source}: larger than {MAX_SPEC_BYTES} bytes; not a train.yaml")
     try:
