@@ -15,7 +15,6 @@ from sqlalchemy import Connection, inspect, select, text
 
 from slurm_acme.errors import StoreUnavailable
 from slurm_acme.store.engine import Store
-from slurm_acme.store.schema import metadata
 from slurm_acme.store.schema.core import meta
 
 VERSION_KEY = "schema_version"
@@ -29,6 +28,8 @@ class Migration:
 
 
 def _create_initial(conn: Connection) -> None:
+    from slurm_acme.store.schema import metadata
+
     metadata.create_all(conn, checkfirst=True)
 
 
