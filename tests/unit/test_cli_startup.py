@@ -89,6 +89,17 @@ def test_a_diagnosis_a_rule_answers_builds_no_case_index(tmp_path):
     assert sorted(m for m in unused if m in loaded) == []
 
 
+def test_a_diagnosis_loads_only_the_tables_it_writes(tmp_path):
+    log = tmp_path / "one.log"
+    log.write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    url = f"sqlite:///{tmp_path / 'acme.db'}"
+    open_store(url).dispose()  # an existing store: creating one runs the migrations
+    loaded = modules_after(["--db", url, "diagnose", str(log)], tmp_path)
+    assert "slurm_acme.store.schema.failures" in loaded  # the probe sees the store's modules at all
+    others = {f"slurm_acme.store.schema.{d}" for d in ("ckpt", "evaluate", "nodes", "report", "telemetry")}
+    assert sorted(loaded & others) == []
+
+
 def test_status_json_imports_no_renderer_or_numpy(tmp_path):
     from slurm_acme.store import runs as run_store
 
@@ -101,3 +112,5 @@ def test_status_json_imports_no_renderer_or_numpy(tmp_path):
         store.dispose()
     loaded = modules_after(["--db", url, "status", "r1", "--json"], tmp_path)
     assert sorted(m for m in ("numpy", "rich", "sqlalchemy.dialects.postgresql") if m in loaded) == []
+    assert "slurm_acme.ft.spec" in loaded  # the spec is read (from its stored JSON) ...
+    assert "yaml" not in loaded  # ... so no YAML parser
