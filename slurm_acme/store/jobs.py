@@ -31,11 +31,14 @@ def write_job_rows(store: Store, rows: Sequence[Mapping[str, Any]], *,
     """Upsert ``rows`` on (cluster, job_id) and set ``facts``, in one transaction.
 
     Returns how many of the rows were new (the rest refreshed a row already there).
+    ``restarts`` only grows: Slurm 22.05's sacct shows every attempt of a requeued
+    job as its own record, so a window that starts after the first attempts
+    sees fewer of them (the count would drop on the next incremental ingest).
     """
     with store.engine.begin() as conn:
         known = _present(conn, rows)
         for i in range(0, len(rows), _CHUNK):
-            upsert(conn, jobs, rows[i:i + _CHUNK], list(_KEY))
+            upsert(conn, jobs, rows[i:i + _CHUNK], list(_KEY), grow_only=("restarts",))
         for key, value in facts.items():
             set_meta(conn, key, value)
     return sum((r["cluster"], r["job_id"]) not in known for r in rows)

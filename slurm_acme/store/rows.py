@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Table, select
+from sqlalchemy import Connection, Table, func, select
 
 from slurm_acme.store.schema.core import meta
 
@@ -20,10 +20,13 @@ def upsert(
     key: Sequence[str],
     *,
     update: Iterable[str] | None = None,
+    grow_only: Iterable[str] = (),
 ) -> int:
     """Insert ``rows``; on a clash of ``key`` update the other columns.
 
-    ``update=()`` means insert-or-ignore. Returns the number of rows sent.
+    ``update=()`` means insert-or-ignore. A ``grow_only`` column keeps the larger
+    of the stored and the new value (a count that one source's view can only
+    understate, never lower). Returns the number of rows sent.
     Idempotent re-runs of ingest and import rely on this.
     """
     if not rows:
@@ -31,8 +34,12 @@ def upsert(
     stmt = _dialect_insert(conn.dialect.name, table)
     columns = list(update) if update is not None else [c for c in rows[0] if c not in key]
     if columns:
+        larger = func.greatest if conn.dialect.name == "postgresql" else func.max  # SQLite's 2-argument max
+        growing = set(grow_only)
         stmt = stmt.on_conflict_do_update(
-            index_elements=list(key), set_={c: stmt.excluded[c] for c in columns}
+            index_elements=list(key),
+            set_={c: (larger(func.coalesce(table.c[c], stmt.excluded[c]), func.coalesce(stmt.excluded[c], table.c[c]))
+                      if c in growing else stmt.excluded[c]) for c in columns}
         )
     else:
         stmt = stmt.on_conflict_do_nothing(index_elements=list(key))

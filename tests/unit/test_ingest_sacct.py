@@ -117,3 +117,17 @@ def test_a_late_state_change_updates_the_row(store, records):
     with store.engine.connect() as conn:
         restarts = conn.execute(select(jobs.c.restarts).where(jobs.c.name == "pt 7b")).scalar_one()
     assert restarts == 5
+
+
+def test_a_narrower_window_does_not_lower_a_requeued_jobs_restarts(store, records):
+    """Slurm 22.05's sacct --json shows each attempt of a requeued job as its own record,
+    so restarts is counted from the records a window holds. An incremental ingest whose
+    window starts after the first attempt ended sees one record: the stored count stays
+    (CI: ft-nodefail's row went from restarts 1 to 0 on re-ingest)."""
+    both_attempts = [replace(r, restarts=1) if r.name == "pt 7b" else r for r in records]
+    ingest_sacct(store, FakeSlurm(both_attempts), cluster="acme", rules=RULES, now=NOW)
+    last_attempt_only = [replace(r, restarts=0) if r.name == "pt 7b" else r for r in records]
+    ingest_sacct(store, FakeSlurm(last_attempt_only), cluster="acme", rules=RULES, now=NOW)
+    with store.engine.connect() as conn:
+        restarts = conn.execute(select(jobs.c.restarts).where(jobs.c.name == "pt 7b")).scalar_one()
+    assert restarts == 1
