@@ -14,7 +14,7 @@ SLURM24_PORT_BASE   ?= $(if $(ACME_CLUSTER_PORT_BASE),$(shell expr $(ACME_CLUSTE
 # others run no Slurm command (ACME_CLUSTER_TESTS_ONLY, tests/integration/conftest.py).
 SLURM24_TESTS       ?= tests/integration
 
-.PHONY: help dist venv deps cluster-up cluster-down demo test test-unit test-integration test-integration-slurm24 slurm24-root bench lint clean
+.PHONY: help dist venv deps bytecode cluster-up cluster-down demo test test-unit test-integration test-integration-slurm24 slurm24-root bench lint clean
 
 help:
 	@echo "make demo   - install what is missing, start the local Slurm cluster, run the demo"
@@ -50,7 +50,12 @@ cluster-down:
 demo: venv deps
 	PATH="$(CURDIR)/$(BIN):$$PATH" examples/demo.sh
 
-test: venv deps
+# This project's machines set PYTHONDONTWRITEBYTECODE: without compiled bytecode
+# every sacme process the tests start would recompile each module it imports.
+bytecode: venv
+	$(BIN)/python -m compileall -q slurm_acme
+
+test: venv deps bytecode
 	sbin/ensure-postgres
 	@# The 24.11 root builds (first time on a machine only) while the unit tests run;
 	@# test-integration-slurm24 waits for it (sbin/slurm-root serialises on a lock).
@@ -60,13 +65,13 @@ test: venv deps
 	$(MAKE) --no-print-directory test-integration-slurm24
 
 # Integration tests on the host's Slurm (22.05 on Debian 12).
-test-integration: venv deps
+test-integration: venv deps bytecode
 	@echo "== integration tests on the host's Slurm ($$(slurmd -V), $(CLUSTER_DIR))"
 	ACME_CLUSTER_DIR="$(CLUSTER_DIR)" ACME_SLURM_ROOT= PATH="$(CURDIR)/$(BIN):$$PATH" \
 	    $(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
 # The same tests on Slurm 24.11, run from the Debian 13 root.
-test-integration-slurm24: venv deps slurm24-root
+test-integration-slurm24: venv deps bytecode slurm24-root
 	@echo "== integration tests on Slurm 24.11 from $$(sbin/slurm-root status) ($(SLURM24_CLUSTER_DIR))"
 	ACME_CLUSTER_DIR="$(SLURM24_CLUSTER_DIR)" ACME_SLURM_ROOT="$$(sbin/slurm-root path)" ACME_CLUSTER_TESTS_ONLY=1 \
 	    $(if $(SLURM24_PORT_BASE),ACME_CLUSTER_PORT_BASE=$(SLURM24_PORT_BASE),ACME_CLUSTER_PORT_BASE=) \
