@@ -40,6 +40,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from bytecode import compile_like_pip
+
 from slurm_acme.report.synthetic import synthetic_jobs, write_trace_csv
 
 START = datetime(2023, 3, 1, tzinfo=timezone.utc).timestamp()
@@ -173,6 +175,7 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true",
                         help="with --keep: reuse its trace and store from an earlier run")
     args = parser.parse_args()
+    bytecode = compile_like_pip()
     work = Path(args.keep or tempfile.mkdtemp(prefix="acme-bench-report-"))
     work.mkdir(parents=True, exist_ok=True)
     bindir = Path(sys.executable).parent
@@ -211,6 +214,7 @@ def main() -> None:
             "pandas_s": round(pandas_s, 3),
             "ratio": round(report_s / pandas_s, 3),
             "target_ratio": 0.2,
+            "bytecode": bytecode,
             "report_cpu_s": round(report_cpu_s, 3),
             "pandas_cpu_s": round(pandas_cpu_s, 3),
             "cpu_ratio": round(report_cpu_s / pandas_cpu_s, 3),

@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from bytecode import compile_like_pip
 
 from slurm_acme.report.compute import build_report
 from slurm_acme.report.period import month_period
@@ -399,7 +400,8 @@ def main() -> None:
     parser.add_argument("--backends", default="sqlite,postgres")
     args = parser.parse_args()
     result: dict = {"gpus": args.gpus, "days": args.days, "raw_hours": args.raw_hours, "cpus": os.cpu_count(),
-                    "load_average_start": round(os.getloadavg()[0], 1), "backends": {}}
+                    "load_average_start": round(os.getloadavg()[0], 1), "bytecode": compile_like_pip(),
+                    "backends": {}}
     with tempfile.TemporaryDirectory(prefix="acme-bench-telemetry-") as tmp:
         for backend in args.backends.split(","):
             if backend == "sqlite":
