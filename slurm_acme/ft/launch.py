@@ -70,8 +70,7 @@ class Launch:
 
 _ports = PortPicker()
 #: The worker :func:`probe_port` runs on a remote master node.
-_PROBE = ("import socket; s = socket.socket(); s.bind(('', 0)); "
-          "print(s.getsockname()[1]); s.close()")
+_PROBE = "from slurm_acme.ports import free_port; print(free_port())"
 
 
 def local_node(env: Mapping[str, str]) -> str:

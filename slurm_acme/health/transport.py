@@ -15,7 +15,6 @@ import logging
 import os
 import queue
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from slurm_acme.errors import AcmeError
 from slurm_acme.health.records import TIMEOUT, TestResult
 from slurm_acme.health.steps import StepShape, pair_test_step
+from slurm_acme.ports import free_port
 from slurm_acme.slurm.steps import start_step, step_argv, step_env
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ TEARDOWN_S = 30.0
 
 
 class PortPicker:
-    """Free TCP ports, never the same one twice in one check."""
+    """Free TCP ports (:func:`slurm_acme.ports.free_port`), never the same one twice in one check."""
 
     def __init__(self) -> None:
         self._used: set[int] = set()
@@ -45,13 +45,9 @@ class PortPicker:
 
     def __call__(self) -> int:
         with self._lock:
-            while True:
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                    sock.bind(("", 0))
-                    port = sock.getsockname()[1]
-                if port not in self._used:
-                    self._used.add(port)
-                    return port
+            port = free_port(avoid=self._used)
+            self._used.add(port)
+            return port
 
 
 @dataclass
