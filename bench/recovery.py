@@ -60,7 +60,6 @@ import os
 import re
 import runpy
 import shlex
-import socket
 import statistics
 import subprocess
 import sys
@@ -72,18 +71,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from slurm_acme.ports import free_port
 from slurm_acme.slurm import JobState, Slurm, run_slurm
 
 SCRIPT = REPO / "examples" / "train_plain_ddp.py"
 FAULT_MESSAGE = "RuntimeError: NCCL error: unhandled system error, NCCL version 2.21.5"
 _STEP = re.compile(r"(?:^|\s)step (\d+) loss \S+ time ([0-9.]+)")
 _RESUMED = re.compile(r"resumed from \S+ at step (\d+)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
 
 
 def script_args(args: argparse.Namespace, scenario: str, ckpt: Path) -> list[str]:
