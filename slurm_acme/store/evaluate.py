@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 
 from slurm_acme.store.engine import Store
-from slurm_acme.store.rows import upsert
+from slurm_acme.store.rows import newest_rows, upsert
 from slurm_acme.store.schema.evaluate import eval_priors, eval_results, eval_runs, eval_trials
 
 
@@ -81,11 +81,8 @@ def get_run(store: Store, eval_id: str) -> EvalRun | None:
 
 def list_runs(store: Store, limit: int = 20, user: str | None = None) -> list[EvalRun]:
     """The newest evaluations, of ``user`` only when given."""
-    query = select(eval_runs).order_by(eval_runs.c.created_ts.desc()).limit(limit)
-    if user is not None:
-        query = query.where(eval_runs.c.user == user)
     with store.engine.connect() as conn:
-        rows = conn.execute(query).all()
+        rows = newest_rows(conn, eval_runs, limit=limit, user=user)
     return [_run(r) for r in rows]
 
 

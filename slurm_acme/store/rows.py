@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Table, func, select
+from sqlalchemy import Connection, Row, Table, func, select
 
 from slurm_acme.store.schema.core import meta
 
@@ -70,3 +70,12 @@ def get_meta(conn: Connection, key: str) -> str | None:
 
 def set_meta(conn: Connection, key: str, value: str) -> None:
     upsert(conn, meta, [{"key": key, "value": value}], ["key"])
+
+
+def newest_rows(conn: Connection, table: Table, *, limit: int, user: str | None) -> Sequence[Row]:
+    """The ``limit`` newest rows of ``table`` by ``created_ts``, of ``user`` only when given
+    (the listings of training runs and of evaluations: `sacme status`, `seval status`)."""
+    query = select(table).order_by(table.c.created_ts.desc()).limit(limit)
+    if user is not None:
+        query = query.where(table.c.user == user)
+    return conn.execute(query).all()

@@ -15,7 +15,7 @@ from sqlalchemy import insert, select, update
 
 from slurm_acme.store import failures as failure_store
 from slurm_acme.store.engine import Store
-from slurm_acme.store.rows import upsert
+from slurm_acme.store.rows import newest_rows, upsert
 from slurm_acme.store.schema.ckpt import checkpoints
 from slurm_acme.store.schema.core import attempts, runs
 
@@ -127,11 +127,8 @@ def find_run(store: Store, ref: str, user: str | None = None) -> RunRow | None:
 
 def latest_runs(store: Store, limit: int = 20, user: str | None = None) -> list[RunRow]:
     """The newest runs, of ``user`` only when given."""
-    query = select(runs).order_by(runs.c.created_ts.desc()).limit(limit)
-    if user is not None:
-        query = query.where(runs.c.user == user)
     with store.engine.connect() as conn:
-        rows = conn.execute(query).all()
+        rows = newest_rows(conn, runs, limit=limit, user=user)
     return [_record(RunRow, r) for r in rows]
 
 

@@ -79,22 +79,23 @@ def test_an_unknown_command_is_still_a_usage_error():
     assert "No such command 'no-such-command'" in result.output
 
 
-def test_a_diagnosis_a_rule_answers_builds_no_case_index(tmp_path):
+def diagnosis_modules(tmp_path) -> set[str]:  # type: ignore[no-untyped-def]
+    """The modules `sacme diagnose` loads on a one-line log a rule answers, into an existing store."""
     log = tmp_path / "one.log"
     log.write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
     url = f"sqlite:///{tmp_path / 'acme.db'}"
     open_store(url).dispose()  # an existing store: creating one runs the migrations
-    loaded = modules_after(["--db", url, "diagnose", str(log)], tmp_path)
+    return modules_after(["--db", url, "diagnose", str(log)], tmp_path)
+
+
+def test_a_diagnosis_a_rule_answers_builds_no_case_index(tmp_path):
+    loaded = diagnosis_modules(tmp_path)
     unused = ("numpy", "rich", "http.client", "sqlalchemy.dialects.postgresql", "slurm_acme.diagnose.retrieval")
     assert sorted(m for m in unused if m in loaded) == []
 
 
 def test_a_diagnosis_loads_only_the_tables_it_writes(tmp_path):
-    log = tmp_path / "one.log"
-    log.write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
-    url = f"sqlite:///{tmp_path / 'acme.db'}"
-    open_store(url).dispose()  # an existing store: creating one runs the migrations
-    loaded = modules_after(["--db", url, "diagnose", str(log)], tmp_path)
+    loaded = diagnosis_modules(tmp_path)
     assert "slurm_acme.store.schema.failures" in loaded  # the probe sees the store's modules at all
     others = {f"slurm_acme.store.schema.{d}" for d in ("ckpt", "evaluate", "nodes", "report", "telemetry")}
     assert sorted(loaded & others) == []

@@ -36,6 +36,11 @@ def records():
     return parse.parse_sacct_json(FIXTURE.read_text())
 
 
+def stored_restarts(store, name: str) -> int:
+    with store.engine.connect() as conn:
+        return conn.execute(select(jobs.c.restarts).where(jobs.c.name == name)).scalar_one()
+
+
 def count(store):
     with store.engine.connect() as conn:
         return conn.execute(select(func.count()).select_from(jobs)).scalar_one()
@@ -114,9 +119,7 @@ def test_a_late_state_change_updates_the_row(store, records):
     ingest_sacct(store, FakeSlurm(records), cluster="acme", rules=RULES, now=NOW)
     changed = [replace(r, restarts=5) if r.name == "pt 7b" else r for r in records]
     ingest_sacct(store, FakeSlurm(changed), cluster="acme", rules=RULES, now=NOW)
-    with store.engine.connect() as conn:
-        restarts = conn.execute(select(jobs.c.restarts).where(jobs.c.name == "pt 7b")).scalar_one()
-    assert restarts == 5
+    assert stored_restarts(store, "pt 7b") == 5
 
 
 def test_a_narrower_window_does_not_lower_a_requeued_jobs_restarts(store, records):
@@ -128,6 +131,4 @@ def test_a_narrower_window_does_not_lower_a_requeued_jobs_restarts(store, record
     ingest_sacct(store, FakeSlurm(both_attempts), cluster="acme", rules=RULES, now=NOW)
     last_attempt_only = [replace(r, restarts=0) if r.name == "pt 7b" else r for r in records]
     ingest_sacct(store, FakeSlurm(last_attempt_only), cluster="acme", rules=RULES, now=NOW)
-    with store.engine.connect() as conn:
-        restarts = conn.execute(select(jobs.c.restarts).where(jobs.c.name == "pt 7b")).scalar_one()
-    assert restarts == 1
+    assert stored_restarts(store, "pt 7b") == 1
