@@ -138,6 +138,7 @@ class Supervisor:
     node_policy: NodesConfig | None = None
     #: Nodes Slurm reported down the moment the SIGTERM arrived (see Signals.on_term).
     _down_at_term: tuple[str, ...] = field(default=(), init=False, repr=False)
+    _step_started: float = field(default=0.0, init=False, repr=False)
 
     @property
     def ckpt_dir(self) -> str:
@@ -371,6 +372,7 @@ class Supervisor:
                   skip: str) -> policy.AttemptEnd:
         """Launch one training step from ``resume`` and watch it to its end."""
         self._down_at_term = ()
+        self._step_started = time.time()
 
         def snapshot() -> None:  # in the SIGTERM handler: see Signals
             self._down_at_term = self._down_nodes(nodes, self.after_term)
@@ -502,6 +504,8 @@ class Supervisor:
         state = self._job_state_after_term()
         down = tuple(dict.fromkeys([*self._down_at_term,
                                     *self._down_nodes(nodes, self.after_term)]))
+        if not down and state is JobState.NODE_FAIL:
+            down = self._went_down(nodes)
         if not down and diagnosis is not None and diagnosis.node in nodes and (
                 diagnosis.origin == "infrastructure" and diagnosis.action == "requeue_exclude_node"):
             down = (str(diagnosis.node),)  # e.g. srun's "Node failure on nodeN"
@@ -512,6 +516,21 @@ class Supervisor:
         self.log(f"ended by Slurm: job state {state.value if state else '?'}; "
                  f"down {','.join(down) or '-'}")
         return decision
+
+    def _went_down(self, nodes: Sequence[str]) -> tuple[str, ...]:
+        """Those of ``nodes`` with a DOWN event on record since this step started.
+
+        Slurm said NODE_FAIL but no node is down now: with ``ReturnToService=2`` a
+        node whose slurmd still answers is back in service within milliseconds of
+        being set DOWN, before the SIGTERM handler asks. slurmdbd keeps the event.
+        """
+        since = datetime.fromtimestamp(self._step_started - 5, tz=timezone.utc)
+        try:
+            events = (self.after_term or self.slurm).node_events(nodes, since)
+        except SlurmError as exc:
+            self.log(f"cannot read the nodes' events: {exc}")
+            return ()
+        return tuple(dict.fromkeys(e.node for e in events if e.down and e.node in nodes))
 
     def _job_state_after_term(self) -> JobState | None:
         """The job's state as accounting has it: ``scontrol`` only says COMPLETING while the

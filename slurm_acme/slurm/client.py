@@ -15,7 +15,7 @@ from typing import Protocol
 
 from slurm_acme.slurm import parse
 from slurm_acme.slurm.errors import JobNotFound, SlurmError, SlurmUnavailable
-from slurm_acme.slurm.records import NodeInfo, QueueJob, SacctJob, ScontrolJob, ScontrolNode
+from slurm_acme.slurm.records import NodeEvent, NodeInfo, QueueJob, SacctJob, ScontrolJob, ScontrolNode
 from slurm_acme.slurm.runner import run_slurm
 
 
@@ -165,6 +165,19 @@ class Slurm:
     def controller_time(self) -> int:
         """slurmctld's clock in Unix seconds (``sdiag``'s header; 1 s resolution)."""
         return parse.parse_sdiag_time(self._run(["sdiag"]))
+
+    def node_events(self, nodes: Iterable[str], since: datetime) -> list[NodeEvent]:
+        """The state changes slurmdbd recorded for ``nodes`` since ``since`` (``sacctmgr list event``).
+
+        Why: a node that was set DOWN can be back in service within milliseconds
+        (``ReturnToService=2`` and a live slurmd); its DOWN event is still on record.
+        """
+        names = sorted(set(nodes))
+        if not names:
+            return []
+        out = self._run(["sacctmgr", "-n", "-P", "list", "event", f"nodes={','.join(names)}",
+                         f"start={slurm_time(since)}", f"format={parse.EVENT_FORMAT}"])
+        return parse.parse_sacctmgr_events(out)
 
     def sinfo_nodes(self) -> list[NodeInfo]:
         return parse.parse_sinfo_nodes(self._run(["sinfo", "-N", "-h", "-o", parse.SINFO_FORMAT]))

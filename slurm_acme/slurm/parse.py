@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from slurm_acme.slurm.errors import SlurmParseError
-from slurm_acme.slurm.records import NodeInfo, QueueJob, SacctJob, ScontrolJob, ScontrolNode
+from slurm_acme.slurm.records import NodeEvent, NodeInfo, QueueJob, SacctJob, ScontrolJob, ScontrolNode
 from slurm_acme.slurm.states import JobState
 
 Doc = Mapping[str, Any]
@@ -460,6 +460,31 @@ def parse_sinfo_nodes(text: str) -> list[NodeInfo]:
         if len(parts) >= 2 and parts[0]:
             seen.setdefault(parts[0], NodeInfo(parts[0], parts[1], as_text(parts[2]) if len(parts) > 2 else ""))
     return list(seen.values())
+
+
+#: ``sacctmgr list event`` columns, in the order :func:`parse_sacctmgr_events` reads them.
+EVENT_FORMAT = "NodeName,TimeStart,State,Reason"
+
+
+def parse_sacctmgr_events(text: str) -> list[NodeEvent]:
+    """``sacctmgr -n -P list event format=NodeName,TimeStart,State,Reason`` -> node events.
+
+    Times are the local wall clock, as every Slurm text command prints them; cluster-wide
+    events (no node name) are left out. The reason may itself hold ``|``.
+    """
+    events = []
+    for line in text.splitlines():
+        node, _, rest = line.strip().partition("|")
+        start, _, rest = rest.partition("|")
+        state, _, reason = rest.partition("|")
+        if not node or not state:
+            continue
+        try:
+            when: datetime | None = datetime.fromisoformat(start).astimezone()
+        except ValueError:
+            when = None
+        events.append(NodeEvent(node=node, start=when, state=state, reason=reason))
+    return events
 
 
 def parse_sbatch_parsable(text: str) -> str:

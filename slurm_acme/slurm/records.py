@@ -177,6 +177,21 @@ class ScontrolNode(ScontrolRecord):
 
 
 @dataclass(frozen=True)
+class NodeEvent:
+    """A node state change slurmdbd recorded (``sacctmgr list event``): kept after the node is back."""
+
+    node: str
+    start: datetime | None
+    state: str
+    reason: str = ""
+
+    @property
+    def down(self) -> bool:
+        """A DOWN or FAIL event (a DRAIN lets the node's running jobs finish)."""
+        return self.state.upper().rstrip("*~#!%$@^-").startswith(("DOWN", "FAIL"))
+
+
+@dataclass(frozen=True)
 class NodeInfo:
     """A node and its state as ``sinfo -N`` reports it (``idle``, ``down*``, ...)."""
 

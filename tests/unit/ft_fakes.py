@@ -32,6 +32,8 @@ class FakeSlurm:
     timeout: float = 5.0
     job_state: str = "RUNNING"
     down: tuple[str, ...] = ()
+    #: ``sacctmgr -n -P list event`` output (the real parser reads it)
+    events: str = ""
 
     def show_hostnames(self, hostlist: str) -> list[str]:
         return hostlist.split(",")
@@ -39,6 +41,12 @@ class FakeSlurm:
     def sinfo_nodes(self) -> list[NodeInfo]:
         return [NodeInfo(f"node{i}", "down*" if f"node{i}" in self.down else "idle")
                 for i in range(1, 5)]
+
+    def node_events(self, nodes, since) -> list:  # type: ignore[no-untyped-def]
+        from slurm_acme.slurm import parse
+
+        return [e for e in parse.parse_sacctmgr_events(self.events)
+                if e.node in nodes and e.start is not None and e.start >= since]
 
     def sacct(self, start, end=None, job_ids=None, all_users=True) -> list:  # type: ignore[no-untyped-def]
         return [SimpleNamespace(job_id=str(j), state=JobState.parse(self.job_state))

@@ -231,6 +231,30 @@ def test_a_node_down_only_at_the_moment_of_the_sigterm_is_still_excluded(tmp_pat
     assert decision.outcome is AttemptOutcome.NODE_FAIL and decision.exclude == ("node2",)
 
 
+def test_a_node_back_in_service_before_anyone_asked_is_named_from_its_down_event(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """NODE_FAIL, yet every node is up again (ReturnToService=2: node2 was back 44 ms after
+    `scontrol update state=down`, CI): slurmdbd's event log still names it."""
+    import time as clock
+
+    now = clock.strftime("%Y-%m-%dT%H:%M:%S", clock.localtime())
+    events = (f"node2|{now}|DOWN|acme-test-node-down\n"
+              f"node1|{now}|DRAIN|acme: NVLinkError job 52 (2 in 24h)\n"
+              "node3|2026-01-01T00:00:00|DOWN|long before this step\n")
+    sup, _, _ = make(tmp_path, "", slurm=FakeSlurm(job_state="NODE_FAIL", events=events))
+    sup._step_started = clock.time()
+    decision = sup._ended_by_slurm(["node1", "node2", "node3"])
+    assert decision.outcome is AttemptOutcome.NODE_FAIL and decision.exclude == ("node2",)
+
+
+def test_down_events_are_not_read_unless_slurm_says_node_fail(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import time as clock
+
+    now = clock.strftime("%Y-%m-%dT%H:%M:%S", clock.localtime())
+    sup, _, _ = make(tmp_path, "", slurm=FakeSlurm(job_state="TIMEOUT", events=f"node2|{now}|DOWN|x\n"))
+    sup._step_started = clock.time()
+    assert sup._ended_by_slurm(["node1", "node2"]).outcome is AttemptOutcome.TIME_LIMIT
+
+
 def test_srun_reporting_a_node_failure_names_the_node_slurm_killed_the_job_for(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from slurm_acme.diagnose import Diagnosis
 

@@ -284,3 +284,18 @@ def test_sdiag_gives_the_controllers_clock():
 def test_sdiag_without_its_header_is_a_parse_error():
     with pytest.raises(SlurmParseError, match="sdiag output at"):
         parse.parse_sdiag_time("Server thread count:  3\n")
+
+
+def test_sacctmgr_node_events_keep_a_down_that_is_over():
+    """`sacctmgr -n -P list event` from the 22.05 test cluster: nodes set DOWN by a test
+    (back in service at once), not responding, and drained by the node ledger."""
+    from datetime import datetime
+
+    events = parse.parse_sacctmgr_events(fixture("22.05", "sacctmgr_list_event.txt"))
+    assert len(events) == 14 and {e.node for e in events} == {"node2", "node3"}
+    admin = [e for e in events if e.reason == "acme-test-node-down"]
+    assert [e.start for e in admin][-1] == datetime(2026, 12, 1, 17, 16, 59).astimezone()
+    assert all(e.down for e in admin)
+    assert [e.state for e in events if e.down and e.reason == "Not responding"] == ["DOWN*"] * 3
+    assert not any(e.down for e in events if e.state.startswith("DRAIN"))
+    assert parse.parse_sacctmgr_events("|2026-12-01T00:00:00|UP|cluster-wide\n\n") == []
