@@ -261,18 +261,32 @@ def timed(argv: list[str], **kwargs) -> tuple[float, subprocess.CompletedProcess
     return time.perf_counter() - start, proc
 
 
+#: Forks and execs ``argv`` from a fresh, small interpreter and writes ``[exit code, peak RSS KiB]``
+#: of that child to the file named by ``ACME_RSS_OUT``.
+_RSS_PROBE = ("import json, os, sys\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n"
+              "    os.execvp(sys.argv[1], sys.argv[1:])\n"
+              "_, status, usage = os.wait4(pid, 0)\n"
+              "with open(os.environ['ACME_RSS_OUT'], 'w') as f:\n"
+              "    json.dump([os.waitstatus_to_exitcode(status), usage.ru_maxrss], f)\n")
+
+
 def timed_rss(argv: list[str], env: dict) -> tuple[float, subprocess.CompletedProcess, int]:
-    """Run ``argv``; wall seconds, the result and the peak RSS (KiB) of that process alone."""
-    start = time.perf_counter()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        child = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
-        _, status, usage = os.wait4(child.pid, 0)
+    """Run ``argv``; wall seconds, the result and the peak RSS (KiB) of that process alone.
+
+    A child forked from this process would be charged this process's own RSS until its
+    exec (Linux keeps the old address space's high-water mark across exec), and by then
+    this process holds the embedding model: it is forked from a small interpreter instead.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        rss_out = Path(tmp) / "rss.json"
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-c", _RSS_PROBE, *argv], env={**env, "ACME_RSS_OUT": str(rss_out)},
+                              capture_output=True, text=True, check=False)
         elapsed = time.perf_counter() - start
-        child.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        done = subprocess.CompletedProcess(argv, child.returncode, out.read().decode(), err.read().decode())
-    return elapsed, done, usage.ru_maxrss
+        code, peak_kb = json.loads(rss_out.read_text())
+    return elapsed, subprocess.CompletedProcess(argv, code, proc.stdout, proc.stderr), peak_kb
 
 
 def main() -> None:
