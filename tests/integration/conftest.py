@@ -49,7 +49,7 @@ ONCE_ON_THE_HOST_SLURM = {
     "test_seval_harnesses": "lm-eval and OpenCompass end to end (about 6 min)",
     "test_deploy": "a wheel built and installed into a fresh venv (about 4 min)",
     "test_report_html": "the reports rendered in Chromium",
-    "test_ft_user_script": "seven user-script trainings; their Slurm side (requeue, scancel, a DOWN node, "
+    "test_ft_user_script": "nine user-script trainings; their Slurm side (requeue, scancel, a DOWN node, "
                            "srun steps) is the other test_ft_* modules' on both releases",
     "test_ft_bad_spec": "specs refused before any Slurm command runs",
 }

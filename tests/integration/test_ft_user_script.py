@@ -8,7 +8,9 @@
   ``launch: torchrun``; (c) a DCP checkpoint resumed at another world size;
   (d) a hang seen from ``step N`` lines alone; (e) scancel -> CANCELLED;
   (f) a node set DOWN -> excluded, training continues elsewhere; (g) USR2 after
-  ``done`` -> COMPLETED.
+  ``done`` -> COMPLETED; (h) with ``fault_tolerance.spares: 1`` (issue 19), under
+  ``launch: srun`` and ``launch: torchrun``, a spare takes the failed node's place
+  inside the same job, and the script resumes from its own checkpoint.
 """
 
 from __future__ import annotations
@@ -207,3 +209,35 @@ def test_g_a_time_limit_signal_after_done_completes_the_run(slurm_cluster, slurm
     assert view["state"] == "COMPLETED", view["reason"]
     assert [a["outcome"] for a in view["attempts"]] == ["completed"]
     assert slurm.show_job(job_id).restarts == 0
+
+
+@pytest.mark.parametrize("launch", ["srun", "torchrun"])
+def test_h_a_spare_takes_the_failed_nodes_place_in_the_same_job(slurm_cluster, slurm,
+                                                                launch: str) -> None:  # type: ignore[no-untyped-def]
+    folder, db = fresh_dir(f"user-spare-{launch}")
+    # The script fails only in its job's first run (SLURM_RESTART_COUNT 0); a restart
+    # inside the allocation keeps Slurm's count, so the test tells the script the attempt.
+    command = 'SLURM_RESTART_COUNT="${ACME_ATTEMPT:-0}" ' + plain(
+        20, extra=f"--simulate-failure '12:{FAULT}'")
+    top: dict = {"launch": "torchrun", "torchrun": [str(TORCHRUN)]} if launch == "torchrun" else {}
+    spec = user_spec(folder, f"user-spare-{launch}", command,
+                     ft={"spares": 1, "health_check": "allgather", "health_timeout": 60}, **top)
+    run_id, job_id = submit(db, spec)
+    view = wait_run(db, run_id, job_id, slurm, timeout=420)
+
+    first, second = view["attempts"]
+    peer, culprit = first["nodes"].split(",")
+    assert first["outcome"] == "restarted", first["reason"]
+    assert first["diagnosis"]["node"] == culprit, first["diagnosis"]
+    (spare,) = first["replaced"].values()
+    assert first["replaced"] == {culprit: spare} and spare not in (peer, culprit)
+    assert second["job_id"] == first["job_id"] == job_id
+    assert second["nodes"].split(",") == [peer, spare]
+    assert culprit in view["excluded_nodes"] and peer not in view["excluded_nodes"]
+    # resumed from the script's own torch.save checkpoint, before the failure at step 12
+    assert second["resumed_from_step"] == 10
+    log = (run_dir(folder, run_id) / f"attempt-1-{job_id}.log").read_text()
+    assert "ckpt_step_000010.pt at step 10" in log
+    assert second["outcome"] == "completed" and view["state"] == "COMPLETED"
+    assert view["last_step"] == 20 and view["allocated_nodes"] == 3
+    assert slurm.show_job(job_id).restarts == 0  # never requeued: the allocation was kept
