@@ -69,6 +69,14 @@ def load_script():  # type: ignore[no-untyped-def]
     return module
 
 
+def exec_finished(pid: int) -> bool:
+    """True once /proc shows the exec'd program's command line and environment."""
+    proc = Path(f"/proc/{pid}")
+    return (proc / "cmdline").read_bytes().startswith(b"sleep\0") and b"SLURM_CONF=" in (
+        proc / "environ"
+    ).read_bytes()
+
+
 def test_a_process_is_ours_only_if_it_names_our_folder(tmp_path):
     script = load_script()
     ours = tmp_path / "c"
@@ -76,6 +84,10 @@ def test_a_process_is_ours_only_if_it_names_our_folder(tmp_path):
     proc = subprocess.Popen(["sleep", "30"], env={"SLURM_CONF": f"{ours}/etc/slurm.conf"})
     other = subprocess.Popen(["sleep", "30"], env={"SLURM_CONF": f"{sibling}/etc/slurm.conf"})
     try:
+        # Popen returns once exec has begun; the kernel fills in the new program's
+        # command line and environment a moment later, so wait for them first.
+        for p in (proc, other):
+            assert script.wait_until(lambda p=p: exec_finished(p.pid), timeout=10, interval=0.01)
         assert script.alive(proc.pid, "sleep", ours)
         assert not script.alive(proc.pid, "sleep", tmp_path / "other")
         assert not script.alive(proc.pid, "sleep", tmp_path / "c" / "etc" / "x")
