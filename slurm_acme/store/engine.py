@@ -1,22 +1,40 @@
-"""Opening the store: URL resolution, SQLite tuning, and reachability errors."""
+"""Opening the store: URL resolution, SQLite tuning, and reachability errors.
+
+Opening imports no SQLAlchemy. The queries of the commands people wait on at a
+prompt (``sacme status``, ``sacme diagnose``) run as plain SQL on a DB-API
+connection (:meth:`Store.reading`, :meth:`Store.writing`); SQLAlchemy -- about
+150 ms of start-up with its asyncio support -- is imported when a query first
+asks for :attr:`Store.engine`. Both reach the same database with the same
+settings (SQLite's WAL, busy timeout and foreign keys; Postgres as the URL's role,
+so row security applies alike).
+"""
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+import re
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import ParamSpec, TypeVar
-
-from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, SQLAlchemyError
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from slurm_acme.errors import StoreError, StoreUnavailable
+from slurm_acme.store.dbapi import Db
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 #: How long a writer waits for SQLite's lock before failing (ms).
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: Seconds a Postgres connection attempt may take.
+PG_CONNECT_TIMEOUT_S = 5
+#: A Postgres connection unused this long is pinged before its next use.
+PG_PING_AFTER_IDLE_S = 10.0
 
 
 def resolve_url(explicit: str | None, configured: str) -> str:
@@ -33,7 +51,12 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def _tune_sqlite(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+_URL = re.compile(r"^(?P<backend>[A-Za-z][\w]*)(?:\+(?P<driver>[\w]+))?://(?P<rest>.*)$", re.DOTALL)
+#: The drivers the plain-SQL path drives itself (any other goes through SQLAlchemy's pool).
+_OWN_DRIVERS = {"sqlite": ("", "pysqlite"), "postgresql": ("psycopg",)}
+
+
+def _tune_sqlite(dbapi_conn: Any, _record: Any = None) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
@@ -42,11 +65,28 @@ def _tune_sqlite(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
     cur.close()
 
 
+def _tune_sqlite_readonly(dbapi_conn: Any, _record: Any = None) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cur.close()
+
+
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-def sql_reason(exc: SQLAlchemyError) -> str:
+def is_database_error(exc: BaseException) -> bool:
+    """True for an error of SQLAlchemy or of a database driver (checked without importing either)."""
+    sa_exc = sys.modules.get("sqlalchemy.exc")
+    if sa_exc is not None and isinstance(exc, sa_exc.SQLAlchemyError):
+        return True
+    if isinstance(exc, sqlite3.Error):
+        return True
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(exc, psycopg.Error)
+
+
+def sql_reason(exc: BaseException) -> str:
     """The driver's one-line reason for a SQL error (no SQL text, no traceback)."""
     orig = getattr(exc, "orig", None)
     text_ = str(orig if orig is not None else exc).strip()
@@ -64,56 +104,156 @@ def store_door(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     def guarded(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return fn(*args, **kwargs)
-        except SQLAlchemyError as exc:
+        except Exception as exc:
+            if not is_database_error(exc):
+                raise
             raise StoreError(f"store: {fn.__name__}: {sql_reason(exc)}") from exc
 
     return guarded
 
 
-@dataclass(frozen=True)
 class Store:
-    """A connected store. ``engine`` is the only handle to SQL in the project."""
+    """A connected store: the only handle to SQL in the project.
 
-    url: str
-    engine: Engine
+    ``url`` is the SQLAlchemy URL :attr:`engine` is made from. ``connect`` opens
+    the DB-API connection :meth:`reading` and :meth:`writing` use; None (an
+    in-memory SQLite database, a driver of SQLAlchemy's choosing) borrows one
+    from the engine's pool, so both always see the same database.
+    """
 
-    @property
-    def dialect(self) -> str:
-        return self.engine.dialect.name
+    def __init__(self, url: str, dialect: str, *, connect: Callable[[], Any] | None,
+                 engine_options: dict[str, Any], sqlite_tune: Callable[..., None] | None = None) -> None:
+        self.url = url
+        self.dialect = dialect
+        self._connect = connect
+        self._engine_options = engine_options
+        self._sqlite_tune = sqlite_tune
+        self._engine: Engine | None = None
+        self._raw: Any = None
+        self._used = 0.0
+        self._lock = threading.RLock()
 
     @property
     def shown_url(self) -> str:
         """The URL with any password hidden, for messages and ``sacme db info``."""
-        return self.engine.url.render_as_string(hide_password=True)
+        return redact(self.url)
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine, made (and SQLAlchemy imported) on first use."""
+        if self._engine is None:
+            from sqlalchemy import create_engine, event
+
+            engine = create_engine(self.url, **self._engine_options)
+            if self._sqlite_tune is not None:
+                event.listen(engine, "connect", self._sqlite_tune)
+            self._engine = engine
+        return self._engine
+
+    def _connection(self) -> Any:
+        """The own DB-API connection (None: borrow from the engine), made on first use.
+
+        A Postgres connection idle for :data:`PG_PING_AFTER_IDLE_S` is pinged first and
+        replaced if the server dropped it (a restart, ``pg_terminate_backend``), as
+        SQLAlchemy's ``pool_pre_ping`` does, so a long-lived supervisor or collector
+        does not fail its next write on a dead connection."""
+        if self._connect is None:
+            return None
+        raw = self._raw
+        if raw is not None and (getattr(raw, "closed", False) or getattr(raw, "broken", False)):
+            raw = None
+        elif raw is not None and self.dialect == "postgresql" and \
+                time.monotonic() - self._used > PG_PING_AFTER_IDLE_S:
+            try:
+                raw.execute("SELECT 1")
+            except Exception as exc:
+                if not is_database_error(exc):
+                    raise
+                raw.close()
+                raw = None
+        if raw is None:
+            raw = self._raw = self._connect()
+        self._used = time.monotonic()
+        return raw
+
+    @contextmanager
+    def _borrowed(self) -> Iterator[Any]:
+        with self._lock:
+            own = self._connection()
+            if own is not None:
+                yield own
+                return
+            pooled = self.engine.raw_connection()
+            try:
+                yield pooled
+            finally:
+                pooled.close()
+
+    @contextmanager
+    def reading(self) -> Iterator[Db]:
+        """Plain SQL that only reads (each statement sees the latest commit)."""
+        with self._borrowed() as raw:
+            db = Db(raw, self.dialect)
+            try:
+                yield db
+            finally:
+                db.end_read()
+
+    @contextmanager
+    def writing(self) -> Iterator[Db]:
+        """Plain SQL in one transaction: committed on success, rolled back on any error.
+        SQLite takes its write lock at the start, so a writer waits (busy timeout)
+        instead of failing when it upgrades from reading."""
+        with self._borrowed() as raw:
+            db = Db(raw, self.dialect)
+            db.begin()
+            try:
+                yield db
+            except BaseException:
+                try:
+                    db.rollback()
+                except Exception as exc:  # a dead connection: nothing was committed; keep the first error
+                    if not is_database_error(exc):
+                        raise
+                raise
+            db.commit()
 
     def dispose(self) -> None:
-        self.engine.dispose()
+        with self._lock:
+            if self._raw is not None:
+                try:
+                    self._raw.close()
+                except Exception as exc:  # a dead connection: nothing left to release
+                    if not is_database_error(exc):
+                        raise
+                self._raw = None
+            if self._engine is not None:
+                self._engine.dispose()
+                self._engine = None
 
 
-def _redact(url: str) -> str:
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
+_PASSWORD = re.compile(r"^([\w+]+://[^:/@?#]*:)[^@/?#]*@")
+
+
+def redact(url: str) -> str:
+    """``url`` with any password shown as ``***`` (as SQLAlchemy renders it)."""
+    return _PASSWORD.sub(r"\1***@", url)
 
 
 #: The databases slurm-acme's schema and queries are written and tested for.
 SUPPORTED_BACKENDS = ("sqlite", "postgresql")
 
 
-def _tune_sqlite_readonly(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
-    cur = dbapi_conn.cursor()
-    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    cur.close()
-
-
-def _sqlite_path(parsed) -> Path | None:  # type: ignore[no-untyped-def]
-    if not parsed.database or parsed.database == ":memory:" or parsed.database.startswith("file:"):
+def _sqlite_database(rest: str) -> str | None:
+    """The path of ``sqlite:///PATH`` (relative) or ``sqlite:////PATH``; None for in-memory
+    or a URL with options (SQLAlchemy's pool serves those)."""
+    if "?" in rest or not rest.startswith("/"):
         return None
-    return Path(parsed.database).expanduser()
+    database = rest[1:]
+    return None if not database or database == ":memory:" or database.startswith("file:") else database
 
 
-def _readonly_sqlite_url(path: Path) -> tuple[str, bool]:
+def _readonly_sqlite_uri(path: Path) -> tuple[str, bool]:
     """A ``mode=ro`` URI for a store this process may not write (root's 0644 store).
 
     Reading a WAL database needs its ``-shm`` file; when it is absent and cannot
@@ -124,14 +264,13 @@ def _readonly_sqlite_url(path: Path) -> tuple[str, bool]:
     shm = path.with_name(path.name + "-shm")
     can_make_shm = os.access(path.parent, os.W_OK | os.X_OK)
     immutable = not wal.exists() and not shm.exists() and not can_make_shm
-    query = "mode=ro" + ("&immutable=1" if immutable else "")
-    return f"sqlite:///file:{path}?{query}&uri=true", immutable
+    return f"file:{path}?mode=ro" + ("&immutable=1" if immutable else ""), immutable
 
 
 def _prepare_sqlite(path: Path, shown: str, *, readonly: bool, group: str | None) -> str | None:
     """Create a new store private (0600 in a 0700 folder), or choose read-only access.
 
-    Returns a replacement URL for read-only access, or None to use the URL as given.
+    Returns the ``file:`` URI to open read-only, or None to open the path as given.
     """
     if readonly:
         if not path.exists():
@@ -140,7 +279,7 @@ def _prepare_sqlite(path: Path, shown: str, *, readonly: bool, group: str | None
             return None
         if not os.access(path, os.R_OK):
             raise StoreUnavailable(f"database {shown}: permission denied (ask for read access to {path})")
-        return _readonly_sqlite_url(path)[0]
+        return _readonly_sqlite_uri(path)[0]
     from slurm_acme.files import create_private_file, make_private_dirs
 
     try:
@@ -149,6 +288,46 @@ def _prepare_sqlite(path: Path, shown: str, *, readonly: bool, group: str | None
     except OSError as exc:
         raise StoreUnavailable(f"database {shown}: cannot create its folder or file: {exc.strerror}") from None
     return None
+
+
+def _sqlite_store(url: str, rest: str, driver: str, shown: str, *, readonly: bool,
+                  group: str | None) -> tuple[Store, bool]:
+    """A SQLite store, and whether it is opened read-only (a file this process may not write)."""
+    database = _sqlite_database(rest)
+    options: dict[str, Any] = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}}
+    if database is None or driver not in _OWN_DRIVERS["sqlite"]:
+        return Store(url, "sqlite", connect=None, engine_options=options, sqlite_tune=_tune_sqlite), False
+    path = Path(database).expanduser()
+    uri = _prepare_sqlite(path, shown, readonly=readonly, group=group)
+    tune = _tune_sqlite if uri is None else _tune_sqlite_readonly
+    target = str(path) if uri is None else uri
+
+    def connect() -> sqlite3.Connection:
+        raw = sqlite3.connect(target, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                              check_same_thread=False, uri=uri is not None)
+        tune(raw)
+        return raw
+
+    if uri is not None:
+        url = f"sqlite:///{uri}&uri=true"
+    return Store(url, "sqlite", connect=connect, engine_options=options, sqlite_tune=tune), uri is not None
+
+
+def _postgres_store(url: str, rest: str, driver: str, shown: str) -> Store:
+    options: dict[str, Any] = {"connect_args": {"connect_timeout": PG_CONNECT_TIMEOUT_S}, "pool_pre_ping": True}
+    if driver not in _OWN_DRIVERS["postgresql"]:
+        return Store(url, "postgresql", connect=None, engine_options=options)
+    try:
+        import psycopg
+    except ModuleNotFoundError:
+        raise StoreUnavailable(f"database {shown}: driver 'psycopg' not installed "
+                               f"(pip install 'slurm-acme[postgres]')") from None
+    conninfo = f"postgresql://{rest}"
+
+    def connect() -> Any:
+        return psycopg.connect(conninfo, connect_timeout=PG_CONNECT_TIMEOUT_S, autocommit=True)
+
+    return Store(url, "postgresql", connect=connect, engine_options=options)
 
 
 def open_store(url: str, *, migrate: bool = True, readonly: bool = False, group: str | None = None) -> Store:
@@ -164,66 +343,60 @@ def open_store(url: str, *, migrate: bool = True, readonly: bool = False, group:
     does not answer.
     """
     url = normalise_url(url)
-    shown = _redact(url)
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise StoreUnavailable(f"database URL {url!r} is not a valid SQLAlchemy URL") from None
-    backend = parsed.get_backend_name()
+    shown = redact(url)
+    match = _URL.match(url)
+    if match is None:
+        raise StoreUnavailable(f"database URL {url!r} is not a valid SQLAlchemy URL")
+    backend, driver, rest = match["backend"], match["driver"] or "", match["rest"]
     if backend not in SUPPORTED_BACKENDS:
         raise StoreUnavailable(f"database {shown}: {backend!r} is not supported; use sqlite:///PATH "
                                f"or postgresql://USER@HOST/DB")
-    kwargs: dict = {"future": True}
     sqlite_readonly = False
     if backend == "sqlite":
-        path = _sqlite_path(parsed)
-        if path is not None:
-            replaced = _prepare_sqlite(path, shown, readonly=readonly, group=group)
-            if replaced is not None:
-                url, sqlite_readonly = replaced, True
-        kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+        store, sqlite_readonly = _sqlite_store(url, rest, driver, shown, readonly=readonly, group=group)
     else:
-        kwargs["connect_args"] = {"connect_timeout": 5}
-        kwargs["pool_pre_ping"] = True
+        store = _postgres_store(url, rest, driver, shown)
     try:
-        engine = create_engine(url, **kwargs)
-    except (NoSuchModuleError, ModuleNotFoundError) as exc:
+        with store.reading() as db:
+            db.scalar("SELECT 1")
+    except ModuleNotFoundError as exc:
         hint = " (pip install 'slurm-acme[postgres]')" if backend == "postgresql" else ""
-        name = getattr(exc, "name", None) or str(exc)
-        raise StoreUnavailable(f"database {shown}: driver {name!r} not installed{hint}") from None
-    if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _tune_sqlite_readonly if sqlite_readonly else _tune_sqlite)
+        raise StoreUnavailable(f"database {shown}: driver {exc.name or str(exc)!r} not installed{hint}") from None
+    except Exception as exc:
+        if type(exc).__name__ == "NoSuchModuleError":  # SQLAlchemy knows no such driver
+            raise StoreUnavailable(f"database {shown}: driver {driver!r} not installed") from None
+        if type(exc).__name__ == "ArgumentError":  # a URL SQLAlchemy's pool cannot use
+            raise StoreUnavailable(f"database URL {shown!r} is not a valid SQLAlchemy URL: "
+                                   f"{sql_reason(exc)}") from None
+        if not is_database_error(exc):
+            raise
+        store.dispose()
+        raise StoreUnavailable(f"database {shown} is unreachable: {sql_reason(exc)}") from None
     try:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-    except (OperationalError, DBAPIError) as exc:
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        engine.dispose()
-        raise StoreUnavailable(f"database {shown} is unreachable: {reason}") from None
-    store = Store(url=url, engine=engine)
-    try:
-        if sqlite_readonly:
-            _require_current_schema(store, shown)
-        elif migrate:
-            from slurm_acme.store.migrate import upgrade
-
-            upgrade(store)
-    except SQLAlchemyError as exc:
+        _check_schema(store, shown, sqlite_readonly=sqlite_readonly, migrate=migrate)
+    except Exception as exc:
         # The server went away between the probe and the schema check (a restart,
         # an admin's pg_terminate_backend): the same "unreachable" as a failed
         # probe, so a caller that retries (the node collector) retries.
-        engine.dispose()
+        if not is_database_error(exc):
+            store.dispose()
+            raise
+        store.dispose()
         raise StoreUnavailable(f"database {shown} is unreachable: {sql_reason(exc)}") from None
     return store
 
 
-def _require_current_schema(store: Store, shown: str) -> None:
-    from slurm_acme.store.migrate import LATEST, current_version
+def _check_schema(store: Store, shown: str, *, sqlite_readonly: bool, migrate: bool) -> None:
+    """Upgrade an old schema (SQLAlchemy is imported only then); a read-only store must be current."""
+    from slurm_acme.store import migrate as migrations
 
-    with store.engine.connect() as conn:
-        version = current_version(conn)
-    if version != LATEST:
-        store.dispose()
-        what = "has no slurm-acme schema" if version == 0 else f"has schema version {version}, not {LATEST}"
-        raise StoreUnavailable(f"database {shown} {what} and is read-only for you; "
-                               f"its owner can run `sacme db upgrade`")
+    if sqlite_readonly:
+        with store.reading() as db:
+            version = migrations.stored_version(db)
+        if version != migrations.LATEST:
+            what = ("has no slurm-acme schema" if version == 0
+                    else f"has schema version {version}, not {migrations.LATEST}")
+            raise StoreUnavailable(f"database {shown} {what} and is read-only for you; "
+                                   f"its owner can run `sacme db upgrade`")
+    elif migrate:
+        migrations.upgrade(store)

@@ -6,10 +6,12 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import select
 
+from slurm_acme.store.dbapi import quoted
 from slurm_acme.store.engine import Store
 from slurm_acme.store.rows import newest_rows, upsert
 from slurm_acme.store.schema.evaluate import eval_priors, eval_results, eval_runs, eval_trials
@@ -67,6 +69,11 @@ def set_run_state(store: Store, eval_id: str, state: str, *, finished: bool = Fa
         conn.execute(eval_runs.update().where(eval_runs.c.eval_id == eval_id).values(**values))
 
 
+#: The ``eval_runs`` columns an :class:`EvalRun` is made of.
+_RUN_COLUMNS = ("eval_id", "checkpoint", "model_size_b", "created_ts", "state", "job_ids", "run_dir", "mode",
+                "finished_ts", "user")
+
+
 def _run(row: Any) -> EvalRun:
     return EvalRun(row.eval_id, row.checkpoint, row.model_size_b or 0.0, row.created_ts, row.state,
                    json.loads(row.job_ids or "{}"), row.run_dir or "", row.mode or "", row.finished_ts,
@@ -81,9 +88,9 @@ def get_run(store: Store, eval_id: str) -> EvalRun | None:
 
 def list_runs(store: Store, limit: int = 20, user: str | None = None) -> list[EvalRun]:
     """The newest evaluations, of ``user`` only when given."""
-    with store.engine.connect() as conn:
-        rows = newest_rows(conn, eval_runs, limit=limit, user=user)
-    return [_run(r) for r in rows]
+    with store.reading() as db:
+        rows = newest_rows(db, "eval_runs", quoted(_RUN_COLUMNS), limit=limit, user=user)
+    return [_run(SimpleNamespace(**r)) for r in rows]
 
 
 def latest_run_for(store: Store, checkpoint: str, user: str | None = None) -> EvalRun | None:

@@ -1,7 +1,9 @@
 """Queries for diagnosed failures, labelled cases and learned rules.
 
 The diagnose package hands in plain values and gets plain records back; it
-never sees SQL. Works the same on SQLite and Postgres.
+never sees SQL. Works the same on SQLite and Postgres. What ``sacme diagnose``
+and ``sacme status`` run (record a diagnosis, read diagnoses and learned rules)
+is plain SQL (:mod:`slurm_acme.store.dbapi`), so they start without SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -13,11 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import RowMapping, func, select
-
-from slurm_acme.store.engine import Store
-from slurm_acme.store.rows import upsert
-from slurm_acme.store.schema.failures import failure_case_vectors, failure_cases, failure_rules, failures
+from slurm_acme.store.dbapi import Db
+from slurm_acme.store.engine import Store, is_database_error
+from slurm_acme.store.rows import columns_of, upsert
 
 
 @dataclass(frozen=True)
@@ -109,13 +109,13 @@ def record_failure(
         "source": data.get("source"), "gpus": gpus, "time_to_failure_s": time_to_failure_s,
         "log_path": log_path,
     }
-    with store.engine.begin() as conn:
-        failure_id = int(conn.execute(failures.insert().returning(failures.c.id), row).scalar_one())
+    with store.writing() as db:
+        failure_id = int(db.insert("failures", [row], returning="id"))
         event = culprit_event(row, failure_id)
         if event is not None:
             from slurm_acme.store.nodes import insert_events
 
-            insert_events(conn, [event])
+            insert_events(db, [event])
         return failure_id
 
 
@@ -134,38 +134,38 @@ def culprit_event(row: Mapping[str, Any], failure_id: int) -> Any:
                      run_id=row.get("run_id"), failure_id=failure_id, evidence=evidence)
 
 
-def _failure_record(r: RowMapping) -> FailureRecord:
-    return FailureRecord(
-        id=r["id"], ts=r["ts"], category=r["category"], origin=r["origin"], action=r["action"],
-        node=r["node"], rule_id=r["rule_id"], confidence=r["confidence"],
-        evidence=decode_evidence(r["evidence"]), source=r["source"], cluster=r["cluster"],
-        job_id=r["job_id"], run_id=r["run_id"], attempt=r["attempt"], gpus=r["gpus"],
-        time_to_failure_s=r["time_to_failure_s"], recovery_s=r["recovery_s"], log_path=r["log_path"],
-    )
+#: The stored columns of a diagnosis (``evidence`` decoded into lines on reading).
+_FAILURE_COLUMNS = columns_of(FailureRecord)
+
+
+def _failure_record(r: Mapping[str, Any]) -> FailureRecord:
+    return FailureRecord(**{**r, "evidence": decode_evidence(r["evidence"])})
 
 
 def list_failures(store: Store, *, job_id: str | None = None, limit: int = 100) -> list[FailureRecord]:
     """Most recent diagnoses first, optionally of one job."""
-    query = select(failures).order_by(failures.c.ts.desc(), failures.c.id.desc()).limit(limit)
-    if job_id is not None:
-        query = query.where(failures.c.job_id == job_id)
-    with store.engine.connect() as conn:
-        rows = conn.execute(query).mappings().all()
+    of_job = " WHERE job_id = ?" if job_id is not None else ""
+    params = (job_id, int(limit)) if job_id is not None else (int(limit),)
+    with store.reading() as db:
+        rows = db.rows(f"SELECT {_FAILURE_COLUMNS} FROM failures{of_job} ORDER BY ts DESC, id DESC LIMIT ?", params)
     return [_failure_record(r) for r in rows]
 
 
 def get_failures(store: Store, ids: Iterable[int]) -> dict[int, FailureRecord]:
     """Stored diagnoses by row id."""
-    wanted = list(ids)
+    wanted = [int(i) for i in ids]
     if not wanted:
         return {}
-    with store.engine.connect() as conn:
-        rows = conn.execute(select(failures).where(failures.c.id.in_(wanted))).mappings().all()
+    marks = ", ".join("?" for _ in wanted)
+    with store.reading() as db:
+        rows = db.rows(f"SELECT {_FAILURE_COLUMNS} FROM failures WHERE id IN ({marks})", wanted)
     return {r["id"]: _failure_record(r) for r in rows}
 
 
 def set_failure_recovery(store: Store, failure_id: int, recovery_s: float) -> None:
     """How long the run took to get going again after this failure."""
+    from slurm_acme.store.schema.failures import failures
+
     with store.engine.begin() as conn:
         conn.execute(failures.update().where(failures.c.id == failure_id).values(recovery_s=recovery_s))
 
@@ -192,6 +192,8 @@ def add_cases(store: Store, cases: Iterable[tuple[str, str, str, str]]) -> int:
         for text, category, origin, source in cases
     ]
     rows = list({r["digest"]: r for r in rows}.values())
+    from slurm_acme.store.schema.failures import failure_cases
+
     with store.engine.begin() as conn:
         return upsert(conn, failure_cases, rows, ["digest"], update=())
 
@@ -199,6 +201,10 @@ def add_cases(store: Store, cases: Iterable[tuple[str, str, str, str]]) -> int:
 def add_case(store: Store, text: str, category: str, origin: str, source: str) -> int:
     """Insert one labelled case (a confirmed diagnosis); returns its id (the existing one for a known text)."""
     add_cases(store, [(text, category, origin, source)])
+    from sqlalchemy import select
+
+    from slurm_acme.store.schema.failures import failure_cases
+
     with store.engine.connect() as conn:
         return int(conn.execute(select(failure_cases.c.id).where(
             failure_cases.c.digest == text_digest(text))).scalar_one())
@@ -210,6 +216,8 @@ def save_vectors(store: Store, model: str, vectors: Mapping[int, Any]) -> int:
              "vector": vector.astype("<f4").tobytes()} for case_id, vector in vectors.items()]
     if not rows:
         return 0
+    from slurm_acme.store.schema.failures import failure_case_vectors
+
     with store.engine.begin() as conn:
         return upsert(conn, failure_case_vectors, rows, ["case_id", "model"], update=())
 
@@ -217,6 +225,9 @@ def save_vectors(store: Store, model: str, vectors: Mapping[int, Any]) -> int:
 def load_vectors(store: Store, model: str) -> dict[int, Any]:
     """Case id -> float32 numpy vector for ``model``."""
     import numpy as np
+    from sqlalchemy import select
+
+    from slurm_acme.store.schema.failures import failure_case_vectors
 
     with store.engine.connect() as conn:
         rows = conn.execute(select(failure_case_vectors.c.case_id, failure_case_vectors.c.vector)
@@ -225,11 +236,19 @@ def load_vectors(store: Store, model: str) -> dict[int, Any]:
 
 
 def count_cases(store: Store) -> int:
+    from sqlalchemy import func, select
+
+    from slurm_acme.store.schema.failures import failure_cases
+
     with store.engine.connect() as conn:
         return int(conn.execute(select(func.count()).select_from(failure_cases)).scalar_one())
 
 
 def load_cases(store: Store) -> list[CaseRecord]:
+    from sqlalchemy import select
+
+    from slurm_acme.store.schema.failures import failure_cases
+
     with store.engine.connect() as conn:
         rows = conn.execute(select(failure_cases).order_by(failure_cases.c.id)).mappings().all()
     return [
@@ -240,6 +259,8 @@ def load_cases(store: Store) -> list[CaseRecord]:
 
 def _ensure_rules_table(conn) -> None:  # type: ignore[no-untyped-def]
     """Stores created before learned rules existed get the table on first use."""
+    from slurm_acme.store.schema.failures import failure_rules
+
     failure_rules.create(conn, checkfirst=True)
 
 
@@ -252,6 +273,8 @@ def save_rule(store: Store, rule: Mapping[str, Any], *, case_text: str | None = 
         "created_ts": time.time(), "case_digest": text_digest(case_text) if case_text else None,
         "source": source,
     }
+    from slurm_acme.store.schema.failures import failure_rules
+
     with store.engine.begin() as conn:
         _ensure_rules_table(conn)
         upsert(conn, failure_rules, [row], ["rule_id"])
@@ -259,9 +282,16 @@ def save_rule(store: Store, rule: Mapping[str, Any], *, case_text: str | None = 
 
 def load_rules(store: Store) -> list[dict[str, Any]]:
     """Learned rules, oldest first, as rule-book mappings."""
-    with store.engine.begin() as conn:
-        _ensure_rules_table(conn)
-        rows = conn.execute(select(failure_rules).order_by(failure_rules.c.id)).mappings().all()
+    try:
+        with store.reading() as db:
+            rows = _stored_rules(db)
+    except Exception as exc:
+        if not is_database_error(exc):
+            raise
+        with store.engine.begin() as conn:  # a store older than learned rules: make the table
+            _ensure_rules_table(conn)
+        with store.reading() as db:
+            rows = _stored_rules(db)
     out: list[dict[str, Any]] = []
     for r in rows:
         rule = {k: r[k] for k in ("pattern", "category", "origin", "action")}
@@ -274,8 +304,17 @@ def load_rules(store: Store) -> list[dict[str, Any]]:
     return out
 
 
+def _stored_rules(db: Db) -> list[dict[str, Any]]:
+    return db.rows("SELECT rule_id, pattern, category, origin, action, node, keywords FROM failure_rules "
+                   "ORDER BY id")
+
+
 def failures_by_category(store: Store) -> Sequence[tuple[str, str, int]]:
     """(category, origin, count) over all stored diagnoses, largest first."""
+    from sqlalchemy import func, select
+
+    from slurm_acme.store.schema.failures import failures
+
     query = (
         select(failures.c.category, failures.c.origin, func.count())
         .group_by(failures.c.category, failures.c.origin)

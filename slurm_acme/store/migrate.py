@@ -10,14 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-from sqlalchemy import Connection, inspect, select, text
+from typing import TYPE_CHECKING
 
 from slurm_acme.errors import StoreUnavailable
+from slurm_acme.store.dbapi import Db
 from slurm_acme.store.engine import Store
-from slurm_acme.store.schema.core import meta
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 VERSION_KEY = "schema_version"
+#: The table that holds the schema version (``schema.core.meta``).
+META_TABLE = "acme_meta"
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,8 @@ def _create_initial(conn: Connection) -> None:
 def _hourly_rollups(conn: Connection) -> None:
     """Telemetry rollup tables, built from the raw samples already held; the
     sample-by-job index goes (nothing reads samples by job alone any more)."""
+    from sqlalchemy import text
+
     from slurm_acme.store.rollup_rows import rebuild_window, rebuild_windows
     from slurm_acme.store.schema.telemetry import ROLLUP_TABLES
 
@@ -56,6 +62,8 @@ def _day_partitions(conn: Connection) -> None:
 
 def _add_eval_runs_user(conn: Connection) -> None:
     """Evaluations get an owner (stores made before it have none: admins only see those)."""
+    from sqlalchemy import inspect, text
+
     if "user" not in {c["name"] for c in inspect(conn).get_columns("eval_runs")}:
         conn.execute(text('ALTER TABLE eval_runs ADD COLUMN "user" VARCHAR(64)'))
 
@@ -106,8 +114,20 @@ MIGRATIONS: tuple[Migration, ...] = (
 LATEST = MIGRATIONS[-1].version
 
 
+def stored_version(db: Db) -> int:
+    """The applied schema version read with plain SQL (no SQLAlchemy); 0 for an empty database."""
+    if not db.has_table(META_TABLE):
+        return 0
+    value = db.scalar(f"SELECT value FROM {META_TABLE} WHERE key = ?", (VERSION_KEY,))
+    return int(value) if value is not None else 0
+
+
 def current_version(conn: Connection) -> int:
     """The applied schema version; 0 for an empty database."""
+    from sqlalchemy import select
+
+    from slurm_acme.store.schema.core import meta
+
     if not conn.dialect.has_table(conn, meta.name):
         return 0
     row = conn.execute(select(meta.c.value).where(meta.c.key == VERSION_KEY)).first()
@@ -116,12 +136,14 @@ def current_version(conn: Connection) -> int:
 
 def schema_version(store: Store) -> int:
     """The applied schema version of an open store (what ``sacme db info`` shows)."""
-    with store.engine.connect() as conn:
-        return current_version(conn)
+    with store.reading() as db:
+        return stored_version(db)
 
 
 def _lock(conn: Connection) -> None:
     """Serialise concurrent upgraders (many collectors may start at once)."""
+    from sqlalchemy import text
+
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(716371)"))
     elif conn.dialect.name == "sqlite":
@@ -129,9 +151,11 @@ def _lock(conn: Connection) -> None:
 
 
 def upgrade(store: Store) -> int:
-    """Apply pending migrations; return the version now in force."""
-    with store.engine.connect() as probe:
-        version = current_version(probe)
+    """Apply pending migrations; return the version now in force.
+
+    A current store is recognised with plain SQL, so opening one imports no SQLAlchemy."""
+    with store.reading() as db:
+        version = stored_version(db)
     if version >= LATEST:
         if version > LATEST:
             raise StoreUnavailable(
@@ -169,5 +193,7 @@ def _apply_pending(conn: Connection) -> int:
 
 
 def _set_version(conn: Connection, version: int) -> None:
+    from slurm_acme.store.schema.core import meta
+
     conn.execute(meta.delete().where(meta.c.key == VERSION_KEY))
     conn.execute(meta.insert().values(key=VERSION_KEY, value=str(version)))

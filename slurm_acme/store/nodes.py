@@ -2,7 +2,7 @@
 
 The one writer of ``node_events`` and ``node_actions``. A diagnosis naming a
 culprit is written by :func:`slurm_acme.store.failures.record_failure` through
-:func:`insert_events` in the same transaction, so a failure and its ledger
+:func:`insert_events` (plain SQL) in the same transaction, so a failure and its ledger
 event never disagree; health checks and the node collector call
 :func:`record_events`.
 """
@@ -14,17 +14,17 @@ import os
 import pwd
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Connection, RowMapping, and_, func, select, text
-
+from slurm_acme.store.dbapi import Db
 from slurm_acme.store.engine import Store, store_door
 from slurm_acme.store.failures import decode_evidence, encode_evidence
-from slurm_acme.store.schema.failures import failures
-from slurm_acme.store.schema.nodes import node_actions, node_events
+
+if TYPE_CHECKING:
+    from sqlalchemy import ColumnElement, Connection
 
 #: Where a ledger event came from.
 SOURCES = ("diagnosis", "health", "hardware")
@@ -113,12 +113,10 @@ def whoami() -> str:
         return getpass.getuser()
 
 
-def insert_events(conn: Connection, events: Sequence[NodeEvent]) -> int:
-    """Write ``events`` on an open transaction (duplicates of :data:`EVENT_KEY` skipped)."""
-    from slurm_acme.store.rows import upsert
-
-    rows = [e.row() for e in events]
-    return upsert(conn, node_events, rows, list(EVENT_KEY), update=()) if rows else 0
+def insert_events(db: Db, events: Sequence[NodeEvent]) -> int:
+    """Write ``events`` in an open plain-SQL transaction (duplicates of :data:`EVENT_KEY`
+    skipped). Plain SQL: ``sacme diagnose`` records a culprit's event with its diagnosis."""
+    return db.insert("node_events", [e.row() for e in events], ignore_conflicts_on=EVENT_KEY)
 
 
 @store_door
@@ -127,18 +125,18 @@ def record_events(store: Store, events: Iterable[NodeEvent]) -> int:
     wanted = list(events)
     if not wanted:
         return 0
-    with store.engine.begin() as conn:
-        return insert_events(conn, wanted)
+    with store.writing() as db:
+        return insert_events(db, wanted)
 
 
-def _event(r: RowMapping) -> NodeEvent:
+def _event(r: Mapping[Any, Any]) -> NodeEvent:
     return NodeEvent(cluster=r["cluster"], node=r["node"], ts=r["ts"], source=r["source"],
                      category=r["category"], code=r["code"] or "", gpu_index=r["gpu_index"],
                      job_id=r["job_id"], run_id=r["run_id"], failure_id=r["failure_id"],
                      evidence=decode_evidence(r["evidence"]), reporter=r["reporter"], id=r["id"])
 
 
-def _action(r: RowMapping) -> NodeAction:
+def _action(r: Mapping[Any, Any]) -> NodeAction:
     return NodeAction(cluster=r["cluster"], node=r["node"], ts=r["ts"], action=r["action"],
                       reason=r["reason"] or "", by_user=r["by_user"], id=r["id"])
 
@@ -157,6 +155,10 @@ def _of_nodes(columns: Any, cluster: str | None, nodes: Iterable[str] | None) ->
 def list_events(store: Store, *, cluster: str | None = None, nodes: Iterable[str] | None = None,
                 since: float | None = None) -> list[NodeEvent]:
     """Ledger events, oldest first, optionally of some nodes and since a time."""
+    from sqlalchemy import and_, select
+
+    from slurm_acme.store.schema.nodes import node_events
+
     e = node_events.c
     conds = _of_nodes(e, cluster, nodes)
     if since is not None:
@@ -170,6 +172,10 @@ def list_events(store: Store, *, cluster: str | None = None, nodes: Iterable[str
 def list_actions(store: Store, *, cluster: str | None = None,
                  nodes: Iterable[str] | None = None) -> list[NodeAction]:
     """Drains and resumes, oldest first."""
+    from sqlalchemy import and_, select
+
+    from slurm_acme.store.schema.nodes import node_actions
+
     a = node_actions.c
     query = select(node_actions).where(and_(True, *_of_nodes(a, cluster, nodes))).order_by(a.ts, a.id)
     with store.engine.connect() as conn:
@@ -232,6 +238,8 @@ def node_losses(store: Store, *, cluster: str | None = None, since: float | None
 
 def window_conds(cluster: str | None, since: float | None, until: float | None) -> list[ColumnElement[bool]]:
     """Conditions on ``node_events`` for a cluster and a ``[since, until)`` window."""
+    from slurm_acme.store.schema.nodes import node_events
+
     e = node_events.c
     conds: list[ColumnElement[bool]] = []
     if cluster is not None:
@@ -246,6 +254,11 @@ def window_conds(cluster: str | None, since: float | None, until: float | None) 
 def losses_on(conn: Connection, conds: Sequence[ColumnElement[bool]]) -> list[NodeLoss]:
     """:func:`node_losses` on an open connection, for the events ``conds`` select
     (the report adds its own, e.g. only the selected jobs)."""
+    from sqlalchemy import and_, select
+
+    from slurm_acme.store.schema.failures import failures
+    from slurm_acme.store.schema.nodes import node_events
+
     e, f = node_events.c, failures.c
     query = (select(e.node, e.category, e.job_id, e.failure_id, f.gpus, f.time_to_failure_s)
              .select_from(node_events.outerjoin(failures, f.id == e.failure_id))
@@ -266,6 +279,10 @@ def losses_on(conn: Connection, conds: Sequence[ColumnElement[bool]]) -> list[No
 
 
 def count_events(store: Store) -> int:
+    from sqlalchemy import func, select
+
+    from slurm_acme.store.schema.nodes import node_events
+
     with store.engine.connect() as conn:
         return int(conn.execute(select(func.count()).select_from(node_events)).scalar_one())
 
@@ -285,6 +302,8 @@ def drain_lock(store: Store) -> Iterator[Connection]:
                 conn.exec_driver_sql("ROLLBACK")
                 raise
         return
+    from sqlalchemy import text
+
     with store.engine.begin() as conn:
         conn.execute(text("SELECT pg_advisory_xact_lock(716372)"))
         yield conn
@@ -292,4 +311,6 @@ def drain_lock(store: Store) -> Iterator[Connection]:
 
 def insert_action(conn: Connection, action: NodeAction) -> None:
     """Record a drain or resume on an open transaction (the drain lock's)."""
+    from slurm_acme.store.schema.nodes import node_actions
+
     conn.execute(node_actions.insert().values(**action.to_dict()))

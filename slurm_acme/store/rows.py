@@ -1,15 +1,20 @@
-"""Dialect-aware bulk writes shared by every domain: upsert and key/value facts."""
+"""Dialect-aware bulk writes shared by every domain: upsert and key/value facts;
+and the pieces the plain-SQL readers share (column lists, newest rows).
+
+SQLAlchemy is imported by the functions that use it, so a plain-SQL reader
+(``sacme status``) that imports this module does not pay for it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Row, Table, func, select
-
-from slurm_acme.store.schema.core import meta
+from slurm_acme.store.dbapi import Db, quoted
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection, Table
     from sqlalchemy.dialects import postgresql, sqlite
 
 
@@ -31,6 +36,8 @@ def upsert(
     """
     if not rows:
         return 0
+    from sqlalchemy import func
+
     stmt = _dialect_insert(conn.dialect.name, table)
     columns = list(update) if update is not None else [c for c in rows[0] if c not in key]
     if columns:
@@ -64,18 +71,28 @@ def _dialect_insert(dialect: str, table: Table) -> postgresql.Insert | sqlite.In
 
 
 def get_meta(conn: Connection, key: str) -> str | None:
+    from sqlalchemy import select
+
+    from slurm_acme.store.schema.core import meta
+
     row = conn.execute(select(meta.c.value).where(meta.c.key == key)).first()
     return row[0] if row else None
 
 
 def set_meta(conn: Connection, key: str, value: str) -> None:
+    from slurm_acme.store.schema.core import meta
+
     upsert(conn, meta, [{"key": key, "value": value}], ["key"])
 
 
-def newest_rows(conn: Connection, table: Table, *, limit: int, user: str | None) -> Sequence[Row]:
+def columns_of(record: type) -> str:
+    """The quoted column list of a row record (a dataclass whose fields are columns)."""
+    return quoted(f.name for f in fields(record))
+
+
+def newest_rows(db: Db, table: str, columns: str, *, limit: int, user: str | None) -> list[dict[str, Any]]:
     """The ``limit`` newest rows of ``table`` by ``created_ts``, of ``user`` only when given
     (the listings of training runs and of evaluations: `sacme status`, `seval status`)."""
-    query = select(table).order_by(table.c.created_ts.desc()).limit(limit)
-    if user is not None:
-        query = query.where(table.c.user == user)
-    return conn.execute(query).all()
+    mine = ' WHERE "user" = ?' if user is not None else ""
+    params: tuple[Any, ...] = (user, int(limit)) if user is not None else (int(limit),)
+    return db.rows(f"SELECT {columns} FROM {table}{mine} ORDER BY created_ts DESC LIMIT ?", params)

@@ -2,6 +2,8 @@
 
 A run keeps one identity (``run_id``) across every attempt and every Slurm
 job id; the supervisor of each attempt writes here, ``sacme status`` reads.
+What ``sacme status`` reads is plain SQL (:mod:`slurm_acme.store.dbapi`), so the
+command starts without SQLAlchemy; the writers use SQLAlchemy Core.
 """
 
 from __future__ import annotations
@@ -11,13 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import insert, select, update
-
 from slurm_acme.store import failures as failure_store
 from slurm_acme.store.engine import Store
-from slurm_acme.store.rows import newest_rows, upsert
-from slurm_acme.store.schema.ckpt import checkpoints
-from slurm_acme.store.schema.core import attempts, runs
+from slurm_acme.store.rows import columns_of, newest_rows
 
 
 @dataclass(frozen=True)
@@ -73,9 +71,13 @@ class CheckpointRow:
     job_id: str | None
 
 
-def _record(cls: type, row: Any) -> Any:
-    mapping = row._mapping
-    return cls(**{f.name: mapping[f.name] for f in fields(cls)})
+def _record(cls: type, row: dict[str, Any]) -> Any:
+    return cls(**{f.name: row[f.name] for f in fields(cls)})
+
+
+_RUN_COLUMNS = columns_of(RunRow)
+_ATTEMPT_COLUMNS = columns_of(AttemptRow)
+_CHECKPOINT_COLUMNS = columns_of(CheckpointRow)
 
 
 # ------------------------------------------------------------------ runs
@@ -83,6 +85,10 @@ def _record(cls: type, row: Any) -> Any:
 def create_run(store: Store, *, run_id: str, name: str, cluster: str, user: str | None,
                spec: str, workdir: str | None, created_ts: float,
                job_id: str | None = None, state: str = "SUBMITTED") -> None:
+    from sqlalchemy import insert
+
+    from slurm_acme.store.schema.core import runs
+
     with store.engine.begin() as conn:
         conn.execute(insert(runs).values(
             run_id=run_id, name=name, cluster=cluster, user=user, spec=spec, workdir=workdir,
@@ -91,18 +97,24 @@ def create_run(store: Store, *, run_id: str, name: str, cluster: str, user: str 
 
 def delete_run(store: Store, run_id: str) -> None:
     """Undo :func:`create_run` when the submission it described failed."""
+    from slurm_acme.store.schema.core import runs
+
     with store.engine.begin() as conn:
         conn.execute(runs.delete().where(runs.c.run_id == run_id))
 
 
 def update_run(store: Store, run_id: str, **values: Any) -> None:
+    from sqlalchemy import update
+
+    from slurm_acme.store.schema.core import runs
+
     with store.engine.begin() as conn:
         conn.execute(update(runs).where(runs.c.run_id == run_id).values(**values))
 
 
 def get_run(store: Store, run_id: str) -> RunRow | None:
-    with store.engine.connect() as conn:
-        row = conn.execute(select(runs).where(runs.c.run_id == run_id)).first()
+    with store.reading() as db:
+        row = db.first(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
     return _record(RunRow, row) if row else None
 
 
@@ -112,23 +124,21 @@ def find_run(store: Store, ref: str, user: str | None = None) -> RunRow | None:
     run = get_run(store, ref)
     if run:
         return run
-    with store.engine.connect() as conn:
-        run_id = conn.execute(select(runs.c.run_id).where(runs.c.last_job_id == ref)).scalar()
+    with store.reading() as db:
+        run_id = db.scalar("SELECT run_id FROM runs WHERE last_job_id = ?", (ref,))
         if run_id is None:
-            run_id = conn.execute(select(attempts.c.run_id).where(attempts.c.job_id == ref)
-                                  .limit(1)).scalar()
+            run_id = db.scalar("SELECT run_id FROM attempts WHERE job_id = ? LIMIT 1", (ref,))
         if run_id is None:
-            by_name = select(runs.c.run_id).where(runs.c.name == ref)
-            if user is not None:
-                by_name = by_name.where(runs.c.user == user)
-            run_id = conn.execute(by_name.order_by(runs.c.created_ts.desc()).limit(1)).scalar()
+            mine = ' AND "user" = ?' if user is not None else ""
+            run_id = db.scalar(f"SELECT run_id FROM runs WHERE name = ?{mine} ORDER BY created_ts DESC LIMIT 1",
+                               (ref, user) if user is not None else (ref,))
     return get_run(store, run_id) if run_id else None
 
 
 def latest_runs(store: Store, limit: int = 20, user: str | None = None) -> list[RunRow]:
     """The newest runs, of ``user`` only when given."""
-    with store.engine.connect() as conn:
-        rows = newest_rows(conn, runs, limit=limit, user=user)
+    with store.reading() as db:
+        rows = newest_rows(db, "runs", _RUN_COLUMNS, limit=limit, user=user)
     return [_record(RunRow, r) for r in rows]
 
 
@@ -138,6 +148,9 @@ def start_attempt(store: Store, *, run_id: str, attempt: int, job_id: str, nodel
                   start_ts: float, resumed_from_step: int | None = None,
                   resumed_from: str | None = None, skip_steps: str = "") -> None:
     """Record that attempt ``attempt`` began (idempotent: a re-run updates it)."""
+    from slurm_acme.store.rows import upsert
+    from slurm_acme.store.schema.core import attempts
+
     with store.engine.begin() as conn:
         upsert(conn, attempts, [{
             "run_id": run_id, "attempt": attempt, "job_id": job_id, "nodelist": nodelist,
@@ -158,6 +171,10 @@ def end_attempt(store: Store, *, run_id: str, attempt: int, job_id: str, end_ts:
         values["excluded_nodes"] = json.dumps(sorted(set(excluded)))
     if detail is not None:
         values["detail"] = json.dumps(detail, sort_keys=True)
+    from sqlalchemy import update
+
+    from slurm_acme.store.schema.core import attempts
+
     with store.engine.begin() as conn:
         conn.execute(update(attempts).where(
             (attempts.c.run_id == run_id) & (attempts.c.attempt == attempt)
@@ -165,9 +182,9 @@ def end_attempt(store: Store, *, run_id: str, attempt: int, job_id: str, end_ts:
 
 
 def list_attempts(store: Store, run_id: str) -> list[AttemptRow]:
-    with store.engine.connect() as conn:
-        rows = conn.execute(select(attempts).where(attempts.c.run_id == run_id)
-                            .order_by(attempts.c.start_ts, attempts.c.attempt)).all()
+    with store.reading() as db:
+        rows = db.rows(f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE run_id = ? ORDER BY start_ts, attempt",
+                       (run_id,))
     return [_record(AttemptRow, r) for r in rows]
 
 
@@ -198,6 +215,9 @@ set_failure_recovery = failure_store.set_failure_recovery
 def record_checkpoint(store: Store, *, run_id: str, job_id: str | None, step: int, path: str,
                       size: float | None, checksum: str | None, healthy: bool,
                       created_ts: float) -> None:
+    from slurm_acme.store.rows import upsert
+    from slurm_acme.store.schema.ckpt import checkpoints
+
     with store.engine.begin() as conn:
         upsert(conn, checkpoints, [{
             "run_id": run_id, "job_id": job_id, "step": step, "path": path, "bytes": size,
@@ -209,6 +229,9 @@ def sync_checkpoints(store: Store, *, run_id: str, job_id: str | None,
                      present: list[tuple[int, str, float | None, str | None, float]]) -> None:
     """Make the run's checkpoint rows what is on disk: ``present`` is (step, path, bytes,
     checksum, created_ts) of each; rows of steps no longer there are removed."""
+    from slurm_acme.store.rows import upsert
+    from slurm_acme.store.schema.ckpt import checkpoints
+
     steps = [step for step, *_ in present]
     with store.engine.begin() as conn:
         conn.execute(checkpoints.delete().where(
@@ -221,7 +244,6 @@ def sync_checkpoints(store: Store, *, run_id: str, job_id: str | None,
 
 
 def list_checkpoints(store: Store, run_id: str) -> list[CheckpointRow]:
-    with store.engine.connect() as conn:
-        rows = conn.execute(select(checkpoints).where(checkpoints.c.run_id == run_id)
-                            .order_by(checkpoints.c.step)).all()
-    return [_record(CheckpointRow, r) for r in rows]
+    with store.reading() as db:
+        rows = db.rows(f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE run_id = ? ORDER BY step", (run_id,))
+    return [_record(CheckpointRow, {**r, "healthy": bool(r["healthy"])}) for r in rows]

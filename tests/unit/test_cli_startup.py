@@ -94,11 +94,38 @@ def test_a_diagnosis_a_rule_answers_builds_no_case_index(tmp_path):
     assert sorted(m for m in unused if m in loaded) == []
 
 
-def test_a_diagnosis_loads_only_the_tables_it_writes(tmp_path):
+def test_a_diagnosis_into_a_current_store_imports_no_sqlalchemy(tmp_path):
+    """Recording a diagnosis is plain SQL: the command pays for no SQLAlchemy."""
     loaded = diagnosis_modules(tmp_path)
-    assert "slurm_acme.store.schema.failures" in loaded  # the probe sees the store's modules at all
-    others = {f"slurm_acme.store.schema.{d}" for d in ("ckpt", "evaluate", "nodes", "report", "telemetry")}
-    assert sorted(loaded & others) == []
+    assert "slurm_acme.store.failures" in loaded  # the probe sees the store's modules at all
+    assert sorted(m for m in loaded if m.split(".")[0] == "sqlalchemy") == []
+    assert sorted(m for m in loaded if m.startswith("slurm_acme.store.schema.")) == []
+
+
+def test_a_culprit_diagnosis_records_its_ledger_event_without_sqlalchemy(tmp_path):
+    """An infrastructure failure naming its node also writes the node's ledger event,
+    in the same plain-SQL transaction."""
+    from slurm_acme.store import nodes as ledger
+
+    log = tmp_path / "nccl.log"
+    log.write_text("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1275, "
+                   "unhandled system error\n"
+                   "srun: error: node3: task 5: Exited with exit code 1\n"
+                   "srun: error: node1: tasks 0-3: Killed\n")
+    url = f"sqlite:///{tmp_path / 'acme.db'}"
+    open_store(url).dispose()
+    loaded = modules_after(["--db", url, "diagnose", "--json", str(log)], tmp_path)
+    assert sorted(m for m in loaded if m.split(".")[0] == "sqlalchemy") == []
+    store = open_store(url)
+    try:
+        from slurm_acme.store import failures as failure_store
+
+        [stored] = failure_store.list_failures(store)
+        events = ledger.list_events(store)
+    finally:
+        store.dispose()
+    assert stored.origin == "infrastructure" and stored.node
+    assert [(e.node, e.failure_id, e.source) for e in events] == [(stored.node, stored.id, "diagnosis")]
 
 
 def test_status_json_imports_no_renderer_or_numpy(tmp_path):
@@ -112,6 +139,7 @@ def test_status_json_imports_no_renderer_or_numpy(tmp_path):
     finally:
         store.dispose()
     loaded = modules_after(["--db", url, "status", "r1", "--json"], tmp_path)
-    assert sorted(m for m in ("numpy", "rich", "sqlalchemy.dialects.postgresql") if m in loaded) == []
+    assert sorted(m for m in ("numpy", "rich") if m in loaded) == []
+    assert sorted(m for m in loaded if m.split(".")[0] == "sqlalchemy") == []  # plain SQL reads
     assert "slurm_acme.ft.spec" in loaded  # the spec is read (from its stored JSON) ...
     assert "yaml" not in loaded  # ... so no YAML parser
