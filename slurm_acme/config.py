@@ -5,9 +5,10 @@ Where it comes from, first found wins: ``--config PATH``, ``$ACME_CONF``,
 defaults. The telemetry hooks (a shell script, ``data/node/acme-hook``) follow
 the same order: slurmd gives them no environment but ``SLURM_CONF``, so a site
 or a test cluster that keeps its config beside slurm.conf needs that step; a
-unit test runs the hook against this function. Each section is a pydantic
-model that rejects unknown keys, so a typo is an error that names the file,
-the field and the value instead of a setting silently ignored.
+unit test runs the hook against this function. Each section is a frozen
+dataclass (:mod:`slurm_acme.sections`: no pydantic, so reading the config
+costs a command little) that rejects unknown keys, so a typo is an error that
+names the file, the field and the value instead of a setting silently ignored.
 
 Settings that *grant* something (:data:`TRUSTED_ONLY`: who is an admin, running
 generated code without a sandbox, the drain policy) are read only from the system file, and only
@@ -21,15 +22,15 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import tomllib
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_core import ErrorDetails
 
 from slurm_acme.errors import ConfigError
 from slurm_acme.report.model import WorkloadType
+from slurm_acme.sections import Section, SectionError, setting
 
 log = logging.getLogger(__name__)
 
@@ -42,21 +43,19 @@ TRUSTED_ONLY: tuple[tuple[str, str], ...] = (
 )
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 def default_store_url() -> str:
     """SQLite under the user's data dir: works on a laptop and a login node."""
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     return f"sqlite:///{base / 'slurm-acme' / 'acme.db'}"
 
 
-class StoreConfig(_Section):
-    url: str = Field(default_factory=default_store_url, description="SQLAlchemy URL")
+@dataclass(frozen=True)
+class StoreConfig(Section):
+    url: str = setting(default_factory=default_store_url, description="SQLAlchemy URL")
 
 
-class NameRule(_Section):
+@dataclass(frozen=True)
+class NameRule(Section):
     pattern: str
     type: WorkloadType
 
@@ -71,14 +70,16 @@ def _default_name_rules() -> list[NameRule]:
     ]
 
 
-class ClusterConfig(_Section):
-    name: str = Field(default="acme", description="cluster name recorded with every row")
+@dataclass(frozen=True)
+class ClusterConfig(Section):
+    name: str = setting("acme", description="cluster name recorded with every row")
     #: Regex rules on the job name used when a job has no ``acme:type=X`` comment.
-    name_rules: list[NameRule] = Field(default_factory=_default_name_rules)
+    name_rules: list[NameRule] = setting(default_factory=_default_name_rules)
 
 
-class SlurmConfig(_Section):
-    command_timeout_s: float = Field(default=60.0, gt=0)
+@dataclass(frozen=True)
+class SlurmConfig(Section):
+    command_timeout_s: float = setting(60.0, gt=0)
 
 
 #: The node collector's samplers, in the order it tries them.
@@ -86,28 +87,29 @@ SamplerName = Literal["nvml", "dcgm", "ipmi", "host", "infiniband"]
 SAMPLER_NAMES: tuple[SamplerName, ...] = get_args(SamplerName)
 
 
-class TelemetryConfig(_Section):
-    interval_s: float = Field(default=15.0, gt=0)
+@dataclass(frozen=True)
+class TelemetryConfig(Section):
+    interval_s: float = setting(15.0, gt=0)
     spool_dir: str = "/var/spool/acme"
     #: Fake GPUs for the emulated local cluster only; never on by default.
-    synthetic_gpus: int = Field(default=0, ge=0)
-    flush_batch: int = Field(default=5000, ge=1)
+    synthetic_gpus: int = setting(0, ge=0)
+    flush_batch: int = setting(5000, ge=1)
     #: Samplers to try; each one that finds no hardware says so once and is skipped.
-    samplers: list[SamplerName] = Field(default_factory=lambda: list(SAMPLER_NAMES))
+    samplers: list[SamplerName] = setting(default_factory=lambda: list(SAMPLER_NAMES))
     #: A sensor command (ipmitool, dcgmi) slower than this is killed and flagged.
-    sensor_timeout_s: float = Field(default=5.0, gt=0)
+    sensor_timeout_s: float = setting(5.0, gt=0)
     #: How often the spool is pushed to the central store (also at every job end).
-    flush_interval_s: float = Field(default=60.0, gt=0)
+    flush_interval_s: float = setting(60.0, gt=0)
     #: Flushed samples stay in the node-local spool this long (for `collectd flush --db`).
-    spool_keep_hours: float = Field(default=24.0, ge=0)
+    spool_keep_hours: float = setting(24.0, ge=0)
     #: A job summary whose samples cover less of its walltime than this is flagged.
-    min_coverage: float = Field(default=0.8, ge=0, le=1)
+    min_coverage: float = setting(0.8, ge=0, le=1)
     #: Days of raw GPU and node samples the central store keeps; hourly rollups
     #: and per-job summaries are kept indefinitely.
-    raw_retention_days: float = Field(default=14.0, gt=0)
+    raw_retention_days: float = setting(14.0, gt=0)
     #: At most this many raw rows are deleted per retention transaction (SQLite),
     #: so pruning never holds the store's write lock for long.
-    prune_batch: int = Field(default=20000, ge=1)
+    prune_batch: int = setting(20000, ge=1)
     #: Where per-job summaries and rollups come from: this project's node
     #: collectors, or PromQL range queries over an existing Prometheus that
     #: scrapes dcgm-exporter (``sacme collectd import``).
@@ -116,38 +118,42 @@ class TelemetryConfig(_Section):
     prometheus_url: str = ""
     #: Port the node collector serves ``/metrics`` on (Prometheus exposition,
     #: dcgm-exporter's metric names); 0 = off.
-    metrics_port: int = Field(default=0, ge=0, le=65535)
+    metrics_port: int = setting(0, ge=0, le=65535)
     #: Address ``/metrics`` listens on.
     metrics_address: str = "0.0.0.0"
 
 
-class ReportConfig(_Section):
-    tdp_watts: float = Field(default=400.0, gt=0)
+@dataclass(frozen=True)
+class ReportConfig(Section):
+    tdp_watts: float = setting(400.0, gt=0)
     #: Unix group whose members may see every user's jobs, runs and evaluations.
     #: Only honoured from the system config (root-owned, not writable by others).
     admin_group: str = "root"
 
 
-class LLMConfig(_Section):
+@dataclass(frozen=True)
+class LLMConfig(Section):
     enabled: bool = False
     endpoint: str = ""
     model: str = ""
     api_key_env: str = "ACME_LLM_API_KEY"
-    timeout_s: float = Field(default=60.0, gt=0)
+    timeout_s: float = setting(60.0, gt=0)
 
 
-class DiagnosisConfig(_Section):
-    rules: list[str] = Field(default_factory=list, description="site rule files layered on top")
+@dataclass(frozen=True)
+class DiagnosisConfig(Section):
+    rules: list[str] = setting(default_factory=list, description="site rule files layered on top")
     #: ``auto``: sentence embeddings (mixed with TF-IDF) when the ``[embed]``
     #: extra is installed, else TF-IDF alone.
     retrieval: Literal["auto", "embedding", "tfidf"] = "auto"
     #: Similarity below which retrieval answers "unknown"; unset: the value
     #: calibrated leave-one-out for the retrieval in use (9 in 10 answers right).
-    retrieval_threshold: float | None = Field(default=None, ge=0, le=1)
-    llm: LLMConfig = Field(default_factory=LLMConfig)
+    retrieval_threshold: float | None = setting(None, ge=0, le=1)
+    llm: LLMConfig = setting(default_factory=LLMConfig)
 
 
-class HarnessToolConfig(_Section):
+@dataclass(frozen=True)
+class HarnessToolConfig(Section):
     """Pass-through settings for one external harness (``[evaluate.lm_eval]``, ``[evaluate.opencompass]``).
 
     Every field can be overridden on the ``seval`` command line; see
@@ -157,33 +163,34 @@ class HarnessToolConfig(_Section):
     #: Absolute path of the tool's executable; empty = the one beside the worker's Python.
     executable: str = ""
     #: lm-eval ``--include_path`` folders / OpenCompass ``--config-dir`` (user tasks).
-    task_paths: list[str] = Field(default_factory=list)
+    task_paths: list[str] = setting(default_factory=list)
     #: lm-eval ``--model_args`` added after ``pretrained=``; OpenCompass ``--model-kwargs``.
-    model_args: list[str] = Field(default_factory=list)
-    num_fewshot: int | None = Field(default=None, ge=0)
+    model_args: list[str] = setting(default_factory=list)
+    num_fewshot: int | None = setting(None, ge=0)
     #: Examples per task (lm-eval ``--limit``: a count, or a fraction below 1).
-    limit: float | None = Field(default=None, gt=0)
+    limit: float | None = setting(None, gt=0)
     batch_size: str = "1"
     #: OpenCompass ``--max-out-len`` (lm-eval takes it from each task).
-    max_out_len: int = Field(default=256, ge=1)
+    max_out_len: int = setting(256, ge=1)
 
 
-class EvaluateConfig(_Section):
+@dataclass(frozen=True)
+class EvaluateConfig(Section):
     local_dir: str = "/dev/shm/acme-eval"
     partition: str = ""
     cpu_partition: str = ""
     #: Shared directory (visible on every node) for run specs, predictions and scores.
-    work_dir: str = Field(default_factory=lambda: str(Path.home() / ".local" / "share" / "slurm-acme" / "seval"))
+    work_dir: str = setting(default_factory=lambda: str(Path.home() / ".local" / "share" / "slurm-acme" / "seval"))
     #: Extra registry CSVs (user datasets), layered over the shipped ones.
-    datasets_files: list[str] = Field(default_factory=list)
+    datasets_files: list[str] = setting(default_factory=list)
     backend: Literal["builtin", "opencompass", "lm-eval"] = "builtin"
-    gpus_per_node: int = Field(default=8, ge=1)
-    cpu_slots_per_node: int = Field(default=32, ge=1)
-    cpus_per_score_task: int = Field(default=2, ge=1)
+    gpus_per_node: int = setting(8, ge=1)
+    cpu_slots_per_node: int = setting(32, ge=1)
+    cpus_per_score_task: int = setting(2, ge=1)
     #: Seconds a trial pays before inference: engine start + loading from node-local memory.
-    trial_overhead_s: float = Field(default=12.0, ge=0)
+    trial_overhead_s: float = setting(12.0, ge=0)
     #: Storage bandwidth per node (Gb/s) for the planner's preload and baseline estimates.
-    storage_gbps: float = Field(default=25.0, gt=0)
+    storage_gbps: float = setting(25.0, gt=0)
     time_limit: str = "01:00:00"
     #: ``auto`` reads JobContainerType; ``allocation`` = one allocation per node with srun steps.
     mode: Literal["auto", "jobs", "allocation"] = "auto"
@@ -193,8 +200,8 @@ class EvaluateConfig(_Section):
     #: External harnesses: datasets scored by running model-written code (HumanEval,
     #: MBPP) run it inside the tool, outside seval's sandbox; they are refused unless
     #: the site sets ``allow_unsandboxed_code`` above.
-    lm_eval: HarnessToolConfig = Field(default_factory=HarnessToolConfig)
-    opencompass: HarnessToolConfig = Field(default_factory=HarnessToolConfig)
+    lm_eval: HarnessToolConfig = setting(default_factory=HarnessToolConfig)
+    opencompass: HarnessToolConfig = setting(default_factory=HarnessToolConfig)
 
     def tool(self, backend: str) -> HarnessToolConfig:
         """The pass-through settings of an external backend."""
@@ -205,7 +212,8 @@ HardwareCode = Literal["ecc_dbe", "row_remap_failure", "gpu_lost"]
 HARDWARE_CODES: tuple[HardwareCode, ...] = get_args(HardwareCode)
 
 
-class NodesConfig(_Section):
+@dataclass(frozen=True)
+class NodesConfig(Section):
     """The drain policy (``[nodes]``): when a node with infrastructure events leaves
     the pool. Draining is opt-in, and the whole section is read only from the
     trusted system config: a user's config could otherwise drain the cluster."""
@@ -215,35 +223,37 @@ class NodesConfig(_Section):
     drain: bool = False
     #: XID codes that drain a node after one event (79 fallen off the bus, 48 double-bit
     #: ECC, 94/95 contained/uncontained ECC).
-    decisive_xids: list[int] = Field(default_factory=lambda: [48, 79, 94, 95])
+    decisive_xids: list[int] = setting(default_factory=lambda: [48, 79, 94, 95])
     #: Other hardware events that drain after one: an uncorrectable (double-bit) ECC
     #: error, a failed row remap, a GPU fallen off the bus.
-    decisive_codes: list[HardwareCode] = Field(default_factory=lambda: list(HARDWARE_CODES))
+    decisive_codes: list[HardwareCode] = setting(default_factory=lambda: list(HARDWARE_CODES))
     #: Infrastructure events (distinct jobs) within the window that drain a node.
-    events_to_drain: int = Field(default=2, ge=1)
+    events_to_drain: int = setting(2, ge=1)
     #: The window, in hours. Events before a node's last resume never count.
-    window_hours: float = Field(default=24.0, gt=0)
+    window_hours: float = setting(24.0, gt=0)
     #: At most this share of the cluster's nodes is drained by slurm-acme at once
     #: (rounded down: 0.25 of 4 nodes is 1, 0.1 of 4 is none).
-    max_drained_share: float = Field(default=0.1, ge=0, le=1)
+    max_drained_share: float = setting(0.1, ge=0, le=1)
 
 
-class FilesConfig(_Section):
+@dataclass(frozen=True)
+class FilesConfig(Section):
     #: Unix group given read access to the store, run and evaluation folders slurm-acme
     #: creates (0640 files, 2750 folders); empty keeps them private (0600 / 0700).
     group: str = ""
 
 
-class AcmeConfig(_Section):
-    store: StoreConfig = Field(default_factory=StoreConfig)
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
-    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
-    report: ReportConfig = Field(default_factory=ReportConfig)
-    diagnosis: DiagnosisConfig = Field(default_factory=DiagnosisConfig)
-    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
-    files: FilesConfig = Field(default_factory=FilesConfig)
-    nodes: NodesConfig = Field(default_factory=NodesConfig)
+@dataclass(frozen=True)
+class AcmeConfig(Section):
+    store: StoreConfig = setting(default_factory=StoreConfig)
+    cluster: ClusterConfig = setting(default_factory=ClusterConfig)
+    slurm: SlurmConfig = setting(default_factory=SlurmConfig)
+    telemetry: TelemetryConfig = setting(default_factory=TelemetryConfig)
+    report: ReportConfig = setting(default_factory=ReportConfig)
+    diagnosis: DiagnosisConfig = setting(default_factory=DiagnosisConfig)
+    evaluate: EvaluateConfig = setting(default_factory=EvaluateConfig)
+    files: FilesConfig = setting(default_factory=FilesConfig)
+    nodes: NodesConfig = setting(default_factory=NodesConfig)
     #: Where this config was read from (None for built-in defaults).
     source: str | None = None
 
@@ -272,22 +282,12 @@ def find_config_path(explicit: str | os.PathLike[str] | None = None) -> Path | N
     return None
 
 
-def _describe(error: ErrorDetails) -> str:
-    field = ".".join(str(p) for p in error["loc"])
-    value = error.get("input")
-    if error["type"] == "extra_forbidden":
-        return f"unknown field {field!r}"
-    if error["type"] == "missing":
-        return f"missing field {field!r}"
-    return f"field {field!r}: {error['msg'].lower()} (got {value!r})"
-
-
 def parse_config(data: dict[str, Any], source: str) -> AcmeConfig:
     """Validate a decoded TOML document; errors name the file and field."""
     try:
-        return AcmeConfig.model_validate({**data, "source": source})
-    except ValidationError as exc:
-        raise ConfigError(f"{source}: {_describe(exc.errors()[0])}") from None
+        return AcmeConfig.validate({**data, "source": source})
+    except SectionError as exc:
+        raise ConfigError(f"{source}: {exc.describe()}") from None
 
 
 def load_config(explicit: str | os.PathLike[str] | None = None) -> AcmeConfig:

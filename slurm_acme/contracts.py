@@ -136,6 +136,12 @@ class AttemptFile(str, Enum):
         return self.value
 
 
+def run_dir_for(workdir: str, run_id: str) -> str:
+    """``WORKDIR/acme-runs/<run_id>``: where a run's logs, metrics and compressed logs
+    live, shared by all its attempts (``sacme submit`` makes it, status reads it)."""
+    return str(Path(workdir) / "acme-runs" / run_id)
+
+
 def attempt_file(run_dir: str | Path, attempt: int, job_id: str, kind: AttemptFile) -> Path:
     """``RUN_DIR/attempt-<attempt>-<job_id>.<kind>``: one attempt's file of ``kind``."""
     return Path(run_dir) / f"attempt-{int(attempt)}-{job_id}.{AttemptFile(kind).value}"

@@ -60,8 +60,7 @@ def supervise(app: AppContext, run_id: str) -> None:
     """Supervise one attempt of RUN_ID (the batch script execs this; not for people)."""
     import os
 
-    from slurm_acme.contracts import ENV_RUN_DIR
-    from slurm_acme.ft.plan import run_dir_for
+    from slurm_acme.contracts import ENV_RUN_DIR, run_dir_for
     from slurm_acme.ft.spec import TrainSpec
     from slurm_acme.ft.supervisor import JobContext, Supervisor
     from slurm_acme.slurm import Slurm
@@ -177,8 +176,7 @@ def _outcome(a: AttemptView) -> str:
 @pass_app
 def logs(app: AppContext, ref: str, raw: bool) -> None:
     """Print RUN's compressed logs, attempt by attempt."""
-    from slurm_acme.contracts import AttemptFile, attempt_file
-    from slurm_acme.ft.plan import run_dir_for
+    from slurm_acme.contracts import AttemptFile, attempt_file, run_dir_for
     from slurm_acme.store import runs as run_store
 
     store, run = _resolve(app, ref)

@@ -132,7 +132,7 @@ def _llm_agent(cfg: DiagnosisConfig, store: Store | None, cases: list[LabelledCa
 
     settings = LLMSettings.from_config(cfg.llm)
     if use_llm and settings is None and cfg.llm.endpoint:
-        settings = LLMSettings.from_config(cfg.llm.model_copy(update={"enabled": True}))
+        settings = LLMSettings.from_config(cfg.llm.with_changes(enabled=True))
     if settings is None:
         return None
     on_learned = None

@@ -16,10 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from slurm_acme.access import current_viewer
-from slurm_acme.config import EvaluateConfig, HarnessToolConfig
+from slurm_acme.config import EvaluateConfig
 from slurm_acme.errors import InputError
 from slurm_acme.evaluate.backends import external as ext
 from slurm_acme.evaluate.backends.catalogue import Catalogue, check_names, load_catalogue
@@ -29,6 +27,7 @@ from slurm_acme.evaluate.registry import Dataset, load_registry
 from slurm_acme.evaluate.spec import RunSpec, build_spec, write_spec
 from slurm_acme.evaluate.states import EvalState
 from slurm_acme.evaluate.submit import JobPlan, JobSpec, SubmitSettings, build_job_plan, execute
+from slurm_acme.sections import SectionError
 
 
 @dataclass(frozen=True)
@@ -74,12 +73,9 @@ def tool_run(cfg: EvaluateConfig, backend: str, overrides: Mapping[str, Any], py
     """The configured tool settings with the command line's on top, checked and resolved."""
     section = f"evaluate.{backend.replace('-', '_')}"
     try:
-        merged = HarnessToolConfig.model_validate({**cfg.tool(backend).model_dump(),
-                                                   **{k: v for k, v in overrides.items() if v is not None}})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise InputError(f"{section}.{where}: {err['msg']} (got {err.get('input')!r})") from None
+        merged = cfg.tool(backend).with_changes(**{k: v for k, v in overrides.items() if v is not None})
+    except SectionError as exc:
+        raise InputError(f"{section}.{exc.field}: {exc.message} (got {exc.value!r})") from None
     tool = ext.ToolRun(
         backend=backend, executable=ext.resolve_executable(backend, merged.executable, python),
         task_paths=tuple(str(Path(p).expanduser().resolve()) for p in merged.task_paths),

@@ -30,11 +30,6 @@ def new_run_id(name: str) -> str:
     return f"{slug}-{uuid.uuid4().hex[:8]}"
 
 
-def run_dir_for(workdir: str, run_id: str) -> str:
-    """Where a run's logs, metrics and compressed logs live (shared by all attempts)."""
-    return str(Path(workdir) / "acme-runs" / run_id)
-
-
 @dataclass(frozen=True)
 class SubmitPlan:
     """Everything ``sacme submit`` will do, decided before anything is done (``--dry-run``)."""
@@ -126,7 +121,7 @@ def build_plan(spec: TrainSpec, *, spec_path: str, db_url: str, run_id: str | No
     run_id = run_id or new_run_id(spec.name)
     base = Path(cwd or os.getcwd())
     workdir = str((base / spec.workdir).resolve() if spec.workdir else base.resolve())
-    run_dir = run_dir_for(workdir, run_id)
+    run_dir = c.run_dir_for(workdir, run_id)
     script = render_script(run_id=run_id, name=spec.name, workdir=workdir, run_dir=run_dir,
                            db_url=db_url, python=python or sys.executable,
                            config_path=config_path)

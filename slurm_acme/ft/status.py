@@ -15,12 +15,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from slurm_acme.contracts import AttemptFile, MetricEvent, attempt_file
+from slurm_acme.contracts import AttemptFile, MetricEvent, attempt_file, run_dir_for
 from slurm_acme.ft.checkpoints import find_checkpoints
 from slurm_acme.ft.metrics import read_records, useful_seconds
-from slurm_acme.ft.plan import run_dir_for
-from slurm_acme.ft.spec import TrainSpec
 from slurm_acme.ft.states import AttemptOutcome, RunState
+from slurm_acme.ft.stored_spec import read_stored_spec
 from slurm_acme.slurm import JobNotFound, JobState, Slurm, SlurmError
 from slurm_acme.store import Store
 from slurm_acme.store import runs as run_store
@@ -134,14 +133,13 @@ def reconcile(run: run_store.RunRow, slurm: Slurm | None) -> run_store.RunRow:
 def checkpoints_on_disk(store: Store, run: run_store.RunRow) -> list[dict[str, Any]]:
     """The run's checkpoints on disk now; the store's record of them only when the spec
     cannot say where they are (a row written by an older version)."""
-    try:
-        spec = TrainSpec.from_json(run.spec)
-    except ValueError:
+    spec = read_stored_spec(run.spec)
+    if spec is None:
         return [{"step": c.step, "path": c.path, "kind": None, "bytes": c.bytes}
                 for c in run_store.list_checkpoints(store, run.run_id)]
-    folder = Path(run.workdir or ".") / Path(spec.checkpoint.dir).expanduser()
+    folder = Path(run.workdir or ".") / Path(spec.checkpoint_dir).expanduser()
     return [{"step": c.step, "path": c.path, "kind": c.kind, "bytes": c.size}
-            for c in find_checkpoints(folder, spec.checkpoint.glob)]
+            for c in find_checkpoints(folder, spec.checkpoint_globs)]
 
 
 def run_view(store: Store, run: run_store.RunRow, slurm: Slurm | None = None) -> RunView:
@@ -189,8 +187,5 @@ def run_view(store: Store, run: run_store.RunRow, slurm: Slurm | None = None) ->
 
 def _node_counts(run: run_store.RunRow) -> tuple[int, int]:
     """(training nodes, allocated nodes) of the run's spec; (1, 1) when it cannot be read."""
-    try:
-        spec = TrainSpec.from_json(run.spec)
-    except ValueError:
-        return 1, 1
-    return spec.nodes, spec.allocated_nodes
+    spec = read_stored_spec(run.spec)
+    return (spec.nodes, spec.allocated_nodes) if spec is not None else (1, 1)

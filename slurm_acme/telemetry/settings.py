@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from slurm_acme.config import AcmeConfig, NodesConfig, TelemetryConfig
 from slurm_acme.errors import InputError
+from slurm_acme.sections import SectionError
 
 
 def default_node_name() -> str:
@@ -28,15 +27,13 @@ def default_node_name() -> str:
 
 def telemetry_with(base: TelemetryConfig, **overrides: Any) -> TelemetryConfig:
     """``base`` with the non-None ``overrides`` applied, validated like acme.toml."""
-    values = {**base.model_dump(), **{k: v for k, v in overrides.items() if v is not None}}
+    values = {**base.to_dict(), **{k: v for k, v in overrides.items() if v is not None}}
     if "spool_dir" in values:
         values["spool_dir"] = str(values["spool_dir"])
     try:
-        return TelemetryConfig.model_validate(values)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        name = ".".join(str(p) for p in error["loc"])
-        raise InputError(f"telemetry.{name}: {error['msg'].lower()} (got {error.get('input')!r})") from None
+        return TelemetryConfig.validate(values)
+    except SectionError as exc:
+        raise InputError(f"telemetry.{exc.field}: {exc.message} (got {exc.value!r})") from None
 
 
 @dataclass(frozen=True)

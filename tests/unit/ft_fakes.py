@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+from slurm_acme.contracts import run_dir_for
 from slurm_acme.ft.checkpoints import find_checkpoints
-from slurm_acme.ft.plan import run_dir_for
 from slurm_acme.ft.spec import parse_spec
 from slurm_acme.ft.supervisor import JobContext, Signals, Supervisor
 from slurm_acme.health.records import HealthReport

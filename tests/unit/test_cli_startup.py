@@ -95,10 +95,11 @@ def test_a_diagnosis_a_rule_answers_builds_no_case_index(tmp_path):
 
 
 def test_a_diagnosis_into_a_current_store_imports_no_sqlalchemy(tmp_path):
-    """Recording a diagnosis is plain SQL: the command pays for no SQLAlchemy."""
+    """Recording a diagnosis is plain SQL and the config is read without pydantic:
+    the command pays for neither."""
     loaded = diagnosis_modules(tmp_path)
     assert "slurm_acme.store.failures" in loaded  # the probe sees the store's modules at all
-    assert sorted(m for m in loaded if m.split(".")[0] == "sqlalchemy") == []
+    assert sorted(m for m in loaded if m.split(".")[0] in ("sqlalchemy", "pydantic")) == []
     assert sorted(m for m in loaded if m.startswith("slurm_acme.store.schema.")) == []
 
 
@@ -141,5 +142,5 @@ def test_status_json_imports_no_renderer_or_numpy(tmp_path):
     loaded = modules_after(["--db", url, "status", "r1", "--json"], tmp_path)
     assert sorted(m for m in ("numpy", "rich") if m in loaded) == []
     assert sorted(m for m in loaded if m.split(".")[0] == "sqlalchemy") == []  # plain SQL reads
-    assert "slurm_acme.ft.spec" in loaded  # the spec is read (from its stored JSON) ...
-    assert "yaml" not in loaded  # ... so no YAML parser
+    assert "slurm_acme.ft.stored_spec" in loaded  # the spec is read from its stored JSON ...
+    assert sorted(m for m in loaded if m.split(".")[0] in ("yaml", "pydantic")) == []  # ... not parsed again

@@ -86,7 +86,7 @@ def test_attempt_files_the_supervisor_writes_are_the_ones_status_reads(tmp_path)
                   workdir=str(tmp_path), created_ts=time.time(), job_id="42")
     rs.start_attempt(store, run_id="r1", attempt=1, job_id="42", nodelist="n1", start_ts=1.0)
     run = rs.get_run(store, "r1")
-    from slurm_acme.ft.plan import run_dir_for
+    from slurm_acme.contracts import run_dir_for
 
     ctx = JobContext(run_id="r1", job_id="42", attempt=1, nodelist="", cluster="c",
                      run_dir=run_dir_for(str(tmp_path), "r1"), workdir=str(tmp_path))
@@ -95,7 +95,7 @@ def test_attempt_files_the_supervisor_writes_are_the_ones_status_reads(tmp_path)
 
 def test_sacme_logs_finds_the_compressed_log_the_supervisor_wrote(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from slurm_acme.cli.main import sacme
-    from slurm_acme.ft.plan import run_dir_for
+    from slurm_acme.contracts import run_dir_for
 
     url = f"sqlite:///{tmp_path / 'a.db'}"
     store = open_store(url)
@@ -126,3 +126,31 @@ def test_batch_script_exports_what_the_supervisor_reads(tmp_path, name) -> None:
     assert env[c.ENV_RUN_ID] == "r1"
     assert env[c.ENV_DB] == "sqlite:////tmp/x y.db"
     assert env[c.ENV_CONF] == "/etc/a b.toml"
+
+
+@pytest.mark.parametrize("extra", [
+    "",
+    "fault_tolerance:\n  spares: 2\n",
+    "checkpoint:\n  dir: ~/ckpt/run\n  glob: ['step_*', '*.safetensors']\n",
+    "checkpoint:\n  dir: out\n  glob: []\n",
+])
+def test_the_stored_spec_status_reads_is_the_spec_submit_stored(extra) -> None:
+    """``sacme submit`` stores ``TrainSpec.to_json``; ``sacme status`` reads it back
+    without pydantic and must see the same nodes and checkpoints."""
+    from slurm_acme.ft.stored_spec import read_stored_spec
+
+    text = "name: t\nnodes: 3\ncommand: [python, train.py]\n" + (
+        extra if "checkpoint:" in extra else "checkpoint:\n  dir: ckpt\n" + extra)
+    spec = parse_spec(text, "t.yaml")
+    stored = read_stored_spec(spec.to_json())
+    assert stored is not None
+    assert (stored.nodes, stored.allocated_nodes) == (spec.nodes, spec.allocated_nodes)
+    assert (stored.checkpoint_dir, list(stored.checkpoint_globs)) == (spec.checkpoint.dir, spec.checkpoint.glob)
+
+
+@pytest.mark.parametrize("text", ["{}", "not json", "[]", '{"nodes": 0, "checkpoint": {"dir": "c", "glob": []}}',
+                                  '{"nodes": 2, "checkpoint": {"dir": 5, "glob": []}}'])
+def test_a_row_that_is_not_a_stored_spec_reads_as_none(text) -> None:
+    from slurm_acme.ft.stored_spec import read_stored_spec
+
+    assert read_stored_spec(text) is None

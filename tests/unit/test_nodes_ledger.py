@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -231,7 +232,7 @@ def test_reconcile_as_root_drains_within_the_cap_and_records_it(store, monkeypat
 def test_the_drain_policy_is_read_only_from_the_system_config(tmp_path, monkeypatch):
     from slurm_acme.config import TRUSTED_ONLY, ignored_grants, load_config
 
-    assert {k for s, k in TRUSTED_ONLY if s == "nodes"} == set(NodesConfig.model_fields)
+    assert {k for s, k in TRUSTED_ONLY if s == "nodes"} == {f.name for f in dataclasses.fields(NodesConfig)}
     mine = tmp_path / "mine.toml"
     mine.write_text("[nodes]\ndrain = true\nmax_drained_share = 1.0\n")
     monkeypatch.setattr("slurm_acme.config.SYSTEM_CONFIG", tmp_path / "absent.toml")
