@@ -35,7 +35,7 @@ $(VENV)/.installed: pyproject.toml
 	# The CPU build of torch first: a bare `torch` would pull a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
 	# torch pinned again so no extra (the harnesses, embeddings) can swap it
-	$(BIN)/pip install -q -e '.[torch,postgres,nvml,dev,embed,harness,bench]' torch==2.13.0
+	$(BIN)/pip install -q -e '.[torch,postgres,nvml,dev,embed,harness,bench,fast]' torch==2.13.0
 	touch $@
 
 deps:

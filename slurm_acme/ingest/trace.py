@@ -29,6 +29,7 @@ from slurm_acme.errors import InputError
 from slurm_acme.report.model import WORKLOAD_TYPES
 
 if TYPE_CHECKING:
+    from slurm_acme.ingest.columnar import ColumnarTrace
     from slurm_acme.store import Store
 
 #: Final states a trace row may carry (Slurm's terminal job states).
@@ -99,6 +100,11 @@ class BadRow:
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}: column {self.column!r}: {self.reason} (got {self.value!r})"
+
+
+def misshapen_row(path: str, line: int, record: list[str], width: int) -> BadRow:
+    """A record with the wrong number of fields, in the words both lanes use."""
+    return BadRow(path, line, "*", ",".join(record)[:80], f"expected {width} fields, found {len(record)}")
 
 
 def describe_problem(column: Column, value: str) -> str:
@@ -343,7 +349,7 @@ class TraceFile:
 class _Run:
     """Counters and limits shared by both import paths."""
 
-    trace: TraceFile
+    trace: TraceFile | ColumnarTrace  # either lane's reader: path, width, size, bytes_read
     result: ImportResult
     strict: bool
     max_reported: int
@@ -356,13 +362,30 @@ class _Run:
         if len(self.result.bad) < self.max_reported:
             self.result.bad.append(row)
 
-    def wrong_width(self, record: list[str]) -> BadRow:
-        return BadRow(str(self.trace.path), self.trace.reader.line_num, "*", ",".join(record)[:80],
-                      f"expected {self.trace.width} fields, found {len(record)}")
+    def wrong_width(self, record: list[str], line: int) -> BadRow:
+        return misshapen_row(str(self.trace.path), line, record, self.trace.width)
 
     def tick(self) -> None:
         if self.progress:
             self.progress(self.trace.bytes_read, self.trace.size)
+
+
+#: Whether imports take the columnar lane (:mod:`slurm_acme.ingest.columnar`) when
+#: pyarrow is installed; tests turn it off to exercise the row lane.
+COLUMNAR = True
+
+
+def columnar_lane() -> bool:
+    """True when the columnar lane is on and its libraries (the ``fast`` extra) import."""
+    if not COLUMNAR:
+        return False
+    try:
+        import pyarrow
+        import pyarrow.compute
+        import pyarrow.csv  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def import_trace(
@@ -384,6 +407,13 @@ def import_trace(
     if not cluster:
         raise InputError("--cluster: a cluster name is required")
     started = time.perf_counter()
+    if columnar_lane():
+        from slurm_acme.ingest.columnar import import_columnar
+
+        result = import_columnar(store, path, cluster=cluster, strict=strict, batch_size=batch_size,
+                                 max_reported=max_reported, progress=progress)
+        result.seconds = time.perf_counter() - started
+        return result
     with TraceFile(path) as trace:
         run = _Run(trace, ImportResult(path=str(path), cluster=cluster), strict, max_reported, progress)
         source = f"trace:{path.name}"
@@ -407,7 +437,9 @@ def _import_staged(store: Store, run: _Run, *, cluster: str, source: str, batch_
     Returns the UTC days the import touched."""
     from slurm_acme.store.job_import import StagedJobImport
 
-    trace, width = run.trace, run.trace.width
+    trace = run.trace
+    assert isinstance(trace, TraceFile)
+    width = trace.width
     with StagedJobImport(store, cluster=cluster, source=source, columns=trace.columns,
                          int_max=INT_MAX, ordered=ORDERED_TIMES) as stage:
         batch: list[list[str]] = []
@@ -439,7 +471,7 @@ def _import_staged(store: Store, run: _Run, *, cluster: str, source: str, batch_
                     if len(batch) >= batch_size:
                         flush()
                 elif record:
-                    misshapen.append(run.wrong_width(record))
+                    misshapen.append(run.wrong_width(record, trace.reader.line_num))
                     if len(misshapen) >= batch_size:
                         flush()
         except (UnicodeDecodeError, csv.Error) as exc:
@@ -454,6 +486,7 @@ def _import_converted(store: Store, run: _Run, *, cluster: str, source: str, bat
     from slurm_acme.store.job_import import TraceWriter
 
     trace = run.trace
+    assert isinstance(trace, TraceFile)
     converter = RowConverter(trace.columns, str(trace.path))
     with TraceWriter(store, cluster=cluster, source=source, fields=converter.targets) as writer:
         batch: list[tuple] = []
@@ -461,7 +494,7 @@ def _import_converted(store: Store, run: _Run, *, cluster: str, source: str, bat
             for record in trace:
                 if len(record) != trace.width:
                     if record:
-                        run.bad(run.wrong_width(record))
+                        run.bad(run.wrong_width(record, trace.reader.line_num))
                     continue
                 row = converter.convert(record, trace.reader.line_num)
                 if isinstance(row, BadRow):

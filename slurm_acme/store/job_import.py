@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+import numpy as np
+
 from slurm_acme.store.engine import Store
 from slurm_acme.store.schema.core import jobs
 
@@ -281,3 +283,204 @@ class StagedJobImport:
             self.touched_days |= _days(r[0] for r in cur.execute(self._sql_old_days, (self.cluster,)))
         cur.execute(self._sql_merge)
         return StagedBatch(len(records) - bad_count, bad_count, first_bad)
+
+
+# -- columnar batches (pyarrow tables of converted rows), both backends ----------
+
+#: The temporary table an upsert stages its rows in.
+STAGE_TABLE = "acme_trace_stage"
+
+
+class BulkConflict(Exception):
+    """A bulk import met a job id twice (in the file); the caller redoes it as an upsert."""
+
+
+def _python_values(array: Any) -> list[Any]:
+    """A column's values as Python objects (None for nulls), numbers through numpy."""
+    import pyarrow as pa
+
+    from slurm_acme.columns import python_strings, to_numpy, valid
+
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if array.type not in (pa.int64(), pa.float64()):
+        return python_strings(array)
+    values = to_numpy(array).tolist()
+    if array.null_count:
+        for i in np.flatnonzero(~valid(array)).tolist():
+            values[i] = None
+    return values
+
+
+class _DbapiConn:
+    """The store's own DBAPI connection (sqlite3 or psycopg)."""
+
+    def __init__(self, store: Store):
+        self._conn = store.engine.raw_connection()
+        self._cursor = self._conn.cursor()
+        self.postgres = store.dialect == "postgresql"
+        if self.postgres:
+            import psycopg
+
+            self.integrity: tuple[type[Exception], ...] = (psycopg.errors.UniqueViolation,)
+        else:
+            import sqlite3
+
+            self.integrity = (sqlite3.IntegrityError,)
+
+    @staticmethod
+    def conflict(exc: Exception) -> bool:
+        return True
+
+    def execute(self, sql: str) -> None:
+        self._cursor.execute(sql)
+
+    def query(self, sql: str) -> list[tuple]:
+        self._cursor.execute(sql)
+        return [tuple(r) for r in self._cursor.fetchall()]
+
+    def ingest(self, table_name: str, table: Any, constants: dict[str, str]) -> None:
+        """Append ``table`` plus the ``constants`` columns to ``table_name``."""
+        names = [*constants, *table.column_names]
+        cols = ", ".join(f'"{c}"' for c in names)
+        if self.postgres:
+            # CSV through COPY, what psql \copy sends; pyarrow writes it in C
+            import pyarrow as pa
+            import pyarrow.csv as pa_csv
+
+            from slurm_acme.columns import constant_strings
+
+            for at, (name, value) in enumerate(constants.items()):
+                table = table.add_column(at, name, constant_strings(value, table.num_rows))
+            sink = pa.BufferOutputStream()
+            pa_csv.write_csv(table, sink, pa_csv.WriteOptions(include_header=False))
+            with self._cursor.copy(f"COPY {table_name} ({cols}) FROM STDIN (FORMAT csv)") as copy:
+                copy.write(sink.getvalue())
+            return
+        # constants as literals; the rest bound from Python lists (numpy's tolist is C)
+        marks = [_sql_literal(v) for v in constants.values()] + ["?"] * table.num_columns
+        sql = f"INSERT INTO {table_name} ({cols}) VALUES ({', '.join(marks)})"
+        rows = zip(*(_python_values(c) for c in table.columns), strict=True)
+        self._cursor.executemany(sql, rows)  # type: ignore[arg-type]  # sqlite3 takes any iterable
+
+    def commit(self) -> None:
+        self._conn.commit()
+
+    def rollback(self) -> None:
+        self._conn.rollback()
+
+    def close(self) -> None:
+        self._cursor.close()
+        self._conn.close()
+
+
+class ColumnarJobWriter:
+    """Writes pyarrow tables of converted trace rows (``jobs`` column names) in one transaction.
+
+    *Bulk* when the cluster has no jobs yet (a fresh cluster, the common case):
+    batches go straight into ``jobs`` and the narrow columns the monthly
+    rollups need are kept (``kept``), so they can be built in memory. A job id
+    the file repeats raises :class:`BulkConflict` (the transaction is rolled
+    back; the caller redoes the import as an upsert). Otherwise *upsert*:
+    batches are staged in a temporary table and merged with ``ON CONFLICT``
+    at the end (the last copy of a repeated job id wins), and ``touched_days``
+    includes the days of the rows replaced.
+    """
+
+    #: What :func:`slurm_acme.store.report.rollups_from_columns` reads.
+    ROLLUP_COLUMNS = ("submit_ts", "workload_type", "gpus", "duration_s", "queue_s", "gpu_time_s", "state")
+
+    def __init__(self, store: Store, *, cluster: str, source: str, bulk: bool = True):
+        self.store = store
+        self.cluster = cluster
+        self.source = source
+        self.allow_bulk = bulk
+        self.bulk = False
+        self.touched_days: set[int] = set()
+        self.kept: list[Any] = []
+        self._db: _DbapiConn | None = None
+        self._columns: tuple[str, ...] = ()
+
+    def __enter__(self) -> ColumnarJobWriter:
+        self._db = db = _DbapiConn(self.store)
+        try:
+            if self.store.dialect == "sqlite":
+                db.execute(f"PRAGMA busy_timeout={30_000}")
+                db.execute(f"PRAGMA cache_size=-{SQLITE_IMPORT_CACHE_KIB}")
+                db.execute("PRAGMA temp_store=MEMORY")
+            had_rows = bool(db.query(f"SELECT 1 FROM jobs WHERE cluster = {_sql_literal(self.cluster)} LIMIT 1"))
+            self.bulk = self.allow_bulk and not had_rows
+        except BaseException:
+            db.rollback()
+            db.close()
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
+        db = self._db
+        assert db is not None
+        try:
+            if exc_type is None:
+                if not self.bulk and self._columns:
+                    self._merge(db)
+                db.commit()
+            else:
+                db.rollback()
+        except db.integrity as error:
+            db.rollback()
+            if not db.conflict(error):
+                raise
+            raise BulkConflict(self.cluster) from None
+        finally:
+            db.close()
+
+    def write(self, table: Any) -> None:
+        """Queue ``table`` (columns named after ``jobs`` columns) into the transaction."""
+        import pyarrow.compute as pc
+
+        from slurm_acme.columns import to_numpy, valid
+
+        if not table.num_rows:
+            return
+        assert self._db is not None
+        constants = {"cluster": self.cluster, "source": self.source}
+        if "submit_ts" in table.column_names:
+            submit = table["submit_ts"].combine_chunks()
+            self.touched_days |= set(np.unique(np.floor(to_numpy(submit)[valid(submit)] / DAY_S)).astype(int).tolist())
+        if self.bulk:
+            self.kept.append(table.select(list(self.ROLLUP_COLUMNS)))
+            try:
+                self._db.ingest("jobs", table.take(pc.sort_indices(table["job_id"])), constants)
+            except self._db.integrity as error:
+                if not self._db.conflict(error):
+                    raise
+                raise BulkConflict(self.cluster) from None
+            return
+        if not self._columns:
+            self._columns = ("cluster", "source", *table.column_names)
+            cols = ", ".join(f'"{c}"' for c in self._columns)
+            if self.store.dialect == "postgresql":
+                self._db.execute(f"CREATE TEMP TABLE {STAGE_TABLE} ON COMMIT DROP AS "
+                                 f"SELECT {cols} FROM jobs WITH NO DATA")
+            else:
+                self._db.execute(f"DROP TABLE IF EXISTS temp.{STAGE_TABLE}")
+                self._db.execute(f"CREATE TEMP TABLE {STAGE_TABLE} AS SELECT {cols} FROM jobs WHERE 0")
+        self._db.ingest(STAGE_TABLE, table, constants)
+
+    def _merge(self, db: _DbapiConn) -> None:
+        cols = ", ".join(f'"{c}"' for c in self._columns)
+        update = ", ".join(f'"{c}" = excluded."{c}"' for c in self._columns if c not in _KEY)
+        cluster = _sql_literal(self.cluster)
+        # the days of the rows about to be replaced: their months lose them
+        self.touched_days |= _days(r[0] for r in db.query(
+            f"SELECT DISTINCT j.submit_ts / {DAY_S} FROM jobs j JOIN {STAGE_TABLE} i "
+            f"ON j.cluster = {cluster} AND j.job_id = i.job_id WHERE j.submit_ts IS NOT NULL"))
+        if self.store.dialect == "postgresql":
+            # DISTINCT ON keeps the last copy of a job id repeated within one file.
+            db.execute(f"INSERT INTO jobs ({cols}) SELECT DISTINCT ON (cluster, job_id) {cols} FROM {STAGE_TABLE} "
+                       f"ORDER BY cluster, job_id, ctid DESC ON CONFLICT (cluster, job_id) DO UPDATE SET {update}")
+        else:
+            # in file order within a job id, so its last copy is the one kept
+            db.execute(f"INSERT INTO jobs ({cols}) SELECT {cols} FROM {STAGE_TABLE} WHERE true "
+                       f"ORDER BY job_id, rowid ON CONFLICT (cluster, job_id) DO UPDATE SET {update}")
+            db.execute(f"DROP TABLE temp.{STAGE_TABLE}")

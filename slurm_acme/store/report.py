@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from itertools import accumulate
 from typing import Any
 
+import numpy as np
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -731,3 +732,152 @@ def submit_span(store: Any, flt: JobFilter) -> tuple[float, float] | None:
         lo, hi = conn.execute(select(func.min(j.submit_ts), func.max(j.submit_ts))
                               .where(_where(_job_conds(flt)))).one()
     return None if lo is None else (float(lo), float(hi))
+
+
+# -- rollups built from an import's own rows ----------------------------------------
+#
+# When an import wrote a cluster's first jobs, every job of the months it
+# touched is in the batches it just wrote: the partitions are computed from
+# those columns (numpy) instead of being read back out of ``jobs``. The rows
+# are the same ones :func:`_rebuild_partition` would aggregate, with its
+# definitions (outcome, GPU time, GPU jobs only in the distributions).
+
+def _outcomes(states: list[str]) -> np.ndarray:
+    def outcome(state: str) -> int:
+        if state == "COMPLETED":
+            return OUTCOMES.index("completed")
+        if state.upper().startswith("CANCELLED"):  # SQL LIKE 'CANCELLED%' (case-blind on SQLite)
+            return OUTCOMES.index("cancelled")
+        return OUTCOMES.index("failed" if state in FAILED_STATES else "other")
+    return np.array([outcome(s) for s in states], dtype=np.int64)
+
+
+def _codes(array: Any) -> tuple[np.ndarray, list[str]]:
+    """Dictionary codes and labels of a string column."""
+    import pyarrow.compute as pc
+
+    from slurm_acme.columns import to_numpy
+
+    encoded = pc.dictionary_encode(array)
+    return to_numpy(encoded.indices).astype(np.int64), encoded.dictionary.to_pylist()
+
+
+def _copy_rows(conn: Connection, table: Table, rows: list[tuple]) -> None:
+    """Many rows into a rollup table inside ``conn``'s transaction (COPY on Postgres)."""
+    if not rows:
+        return
+    names = [c.name for c in table.c]
+    if conn.dialect.name == "postgresql":
+        cols = ", ".join(f'"{n}"' for n in names)
+        with conn.connection.driver_connection.cursor() as cur:  # type: ignore[union-attr]
+            with cur.copy(f"COPY {table.name} ({cols}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        return
+    marks = ", ".join("?" for _ in names)
+    conn.exec_driver_sql(f"INSERT INTO {table.name} VALUES ({marks})", rows)
+
+
+def rollups_from_columns(store: Any, cluster: str, batches: Sequence[Any]) -> int:
+    """Replace the partitions of ``cluster`` that ``batches`` (pyarrow tables with
+    ``submit_ts, workload_type, gpus, duration_s, queue_s, gpu_time_s, state``)
+    fall in, computed from those rows, which must be every job of those months.
+    One transaction; returns how many partitions were written."""
+    import pyarrow as pa
+
+    from slurm_acme.columns import to_numpy, valid
+
+    if not batches:
+        return 0
+    table = pa.concat_tables(batches).combine_chunks()
+    submit_col = table["submit_ts"].chunk(0) if table.num_rows else None
+    if submit_col is None:
+        return 0
+    has_submit = valid(submit_col)
+    table = table.filter(pa.Array.from_buffers(pa.bool_(), len(has_submit), [
+        None, pa.py_buffer(np.packbits(has_submit, bitorder="little"))]))
+    if not table.num_rows:
+        return 0
+
+    def column(name: str) -> tuple[np.ndarray, np.ndarray]:
+        array = table[name].chunk(0)
+        return to_numpy(array), valid(array)
+
+    submit, _ = column("submit_ts")
+    seconds = np.floor(submit).astype(np.int64)
+    month_of = seconds.astype("datetime64[s]").astype("datetime64[M]").astype("datetime64[s]").astype(np.int64)
+    months, month_idx = np.unique(month_of, return_inverse=True)
+    wtype_idx, wtypes = _codes(table["workload_type"].chunk(0))
+    state_idx, states = _codes(table["state"].chunk(0))
+    outcome_idx = _outcomes(states)[state_idx]
+    gpus, _ = column("gpus")
+    gpus = gpus.astype(np.int64)
+    dur, has_dur = column("duration_s")
+    que, has_que = column("queue_s")
+    gtime_raw, has_gtime = column("gpu_time_s")
+    gtime = np.where(has_gtime, gtime_raw, dur * gpus)
+    has_gtime = has_gtime | has_dur
+
+    now = time.time()
+    groups: list[tuple] = []
+    gpu_values, gpu_idx = np.unique(gpus, return_inverse=True)
+    group_shape = (len(months), len(wtypes), len(OUTCOMES), len(gpu_values))
+    unique_keys, group_of = np.unique(
+        np.ravel_multi_index((month_idx, wtype_idx, outcome_idx, gpu_idx), group_shape), return_inverse=True)
+    g = len(unique_keys)
+
+    def total(weights: np.ndarray, present: np.ndarray) -> np.ndarray:
+        return np.bincount(group_of, weights=np.where(present, weights, 0.0), minlength=g)
+
+    jobs_n = np.bincount(group_of, minlength=g)
+    gtime_sum = total(gtime, has_gtime)
+    dur_n = np.bincount(group_of, weights=has_dur.astype(np.float64), minlength=g).astype(np.int64)
+    que_n = np.bincount(group_of, weights=has_que.astype(np.float64), minlength=g).astype(np.int64)
+    dur_sum, que_sum = total(dur, has_dur), total(que, has_que)
+    dur_max = np.full(g, -np.inf)
+    np.maximum.at(dur_max, group_of[has_dur], dur[has_dur])
+    columns_of = [np.asarray(a).tolist() for a in np.unravel_index(unique_keys, group_shape)]
+    for k, (m, w, o, gp) in enumerate(zip(*columns_of, strict=True)):
+        groups.append((cluster, float(months[m]), wtypes[w], OUTCOMES[o], int(gpu_values[gp]), int(jobs_n[k]),
+                       float(gtime_sum[k]), float(dur_sum[k]) if dur_n[k] else None, int(dur_n[k]),
+                       float(dur_max[k]) if dur_n[k] else None, float(que_sum[k]) if que_n[k] else None,
+                       int(que_n[k])))
+    values: list[tuple] = []
+    points: list[tuple] = []
+    gpu_job = gpus > 0
+    for metric, v, present in (("dur", dur, has_dur), ("que", que, has_que)):
+        take = gpu_job & present
+        per_month: dict[int, dict[str, list[tuple[float, int]]]] = {}
+        if take.any():
+            seen, value_idx = np.unique(v[take], return_inverse=True)
+            value_shape = (len(months), len(wtypes), len(seen))
+            keys, counts = np.unique(np.ravel_multi_index((month_idx[take], wtype_idx[take], value_idx), value_shape),
+                                     return_counts=True)
+            at_month, at_type, at_value = (np.asarray(a) for a in np.unravel_index(keys, value_shape))
+            for mi, wi, x, count in zip(at_month.tolist(), at_type.tolist(), seen[at_value].tolist(), counts.tolist(),
+                                        strict=True):
+                values.append((cluster, float(months[mi]), metric, wtypes[wi], x, count))
+                per_month.setdefault(mi, {}).setdefault(wtypes[wi], []).append((x, count))
+        for m in range(len(months)):
+            per_type = per_month.get(m, {})
+            overall: dict[float, int] = {}
+            for pairs in per_type.values():
+                for value, count in pairs:
+                    overall[value] = overall.get(value, 0) + count
+            per_type = {**dict(sorted(per_type.items())), ALL_TYPES: sorted(overall.items())}
+            points += [(cluster, float(months[m]), metric, wtype, kind, x, value)
+                       for wtype, pairs in per_type.items() for kind, x, value in distribution_points(pairs)]
+    parts = [(cluster, float(m), int(n), now) for m, n in zip(months.tolist(), np.bincount(month_idx).tolist(),
+                                                                 strict=True)]
+    with store.engine.begin() as conn:
+        _ensure_rollup_tables(conn)
+        if conn.dialect.name == "postgresql":
+            conn.execute(text(f"SELECT pg_advisory_xact_lock({_ROLLUP_LOCK})"))
+        for table_ in (report_job_points, report_job_values, report_job_groups, report_rollup_parts):
+            conn.execute(table_.delete().where(and_(table_.c.cluster == cluster,
+                                                    table_.c.month_ts.in_([float(m) for m in months]))))
+        _copy_rows(conn, report_job_groups, groups)
+        _copy_rows(conn, report_job_values, values)
+        _copy_rows(conn, report_job_points, points)
+        _copy_rows(conn, report_rollup_parts, parts)
+    return len(months)

@@ -24,6 +24,18 @@ dlc1a2b3c,dave,4,32,512,SFT,NODE_FAIL,2023-07-05 00:00:00+00:00,2023-07-05 00:00
 dlc9z,erin,1,8,64,MLLM,TIMEOUT,2023-07-06 23:59:59+00:00,2023-07-07 00:00:00+00:00,2023-07-07 04:00:00+00:00,14400,1,115200,128,0,,2023-07-07 04:00:00+00:00
 """
 
+@pytest.fixture(autouse=True, params=["columnar", "rows"])
+def lane(request, monkeypatch):  # type: ignore[no-untyped-def]
+    """Every test on both lanes: pyarrow's columnar one and the row-by-row one
+    an install without the ``fast`` extra takes."""
+    from slurm_acme.ingest import trace
+
+    monkeypatch.setattr(trace, "COLUMNAR", request.param == "columnar")
+    if request.param == "columnar" and not trace.columnar_lane():
+        pytest.skip("pyarrow (the fast extra) is not installed")
+    return request.param
+
+
 # 2023-07-01T00:00:00Z, computed by hand.
 JULY_1_UTC = 1688169600.0
 
