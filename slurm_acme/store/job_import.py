@@ -295,7 +295,7 @@ class BulkConflict(Exception):
     """A bulk import met a job id twice (in the file); the caller redoes it as an upsert."""
 
 
-def _python_values(array: Any) -> list[Any]:
+def python_values(array: Any) -> list[Any]:
     """A column's values as Python objects (None for nulls), numbers through numpy."""
     import pyarrow as pa
 
@@ -318,24 +318,36 @@ class _DbapiConn:
     def __init__(self, store: Store):
         self._conn = store.engine.raw_connection()
         self._cursor = self._conn.cursor()
+        self._copy: tuple[str, Any] | None = None
+        self._copy_context: Any = None
         self.postgres = store.dialect == "postgresql"
         if self.postgres:
             import psycopg
 
             self.integrity: tuple[type[Exception], ...] = (psycopg.errors.UniqueViolation,)
+            self.driver_error: type[Exception] = psycopg.Error
         else:
             import sqlite3
 
             self.integrity = (sqlite3.IntegrityError,)
+            self.driver_error = sqlite3.Error
 
     @staticmethod
     def conflict(exc: Exception) -> bool:
         return True
 
+    def finish(self, exc: BaseException | None = None) -> None:
+        """End the COPY in progress, if any (failing it when ``exc`` is given)."""
+        if self._copy is not None:
+            context, self._copy = self._copy_context, None
+            context.__exit__(type(exc) if exc else None, exc, None)
+
     def execute(self, sql: str) -> None:
+        self.finish()
         self._cursor.execute(sql)
 
     def query(self, sql: str) -> list[tuple]:
+        self.finish()
         self._cursor.execute(sql)
         return [tuple(r) for r in self._cursor.fetchall()]
 
@@ -354,19 +366,28 @@ class _DbapiConn:
                 table = table.add_column(at, name, constant_strings(value, table.num_rows))
             sink = pa.BufferOutputStream()
             pa_csv.write_csv(table, sink, pa_csv.WriteOptions(include_header=False))
-            with self._cursor.copy(f"COPY {table_name} ({cols}) FROM STDIN (FORMAT csv)") as copy:
-                copy.write(sink.getvalue())
+            if self._copy is None:
+                # one COPY for the whole import: the server loads a batch while the next is read
+                self._copy_context = self._cursor.copy(f"COPY {table_name} ({cols}) FROM STDIN (FORMAT csv)")
+                self._copy = (table_name, self._copy_context.__enter__())
+            assert self._copy[0] == table_name
+            self._copy[1].write(sink.getvalue())
             return
         # constants as literals; the rest bound from Python lists (numpy's tolist is C)
         marks = [_sql_literal(v) for v in constants.values()] + ["?"] * table.num_columns
         sql = f"INSERT INTO {table_name} ({cols}) VALUES ({', '.join(marks)})"
-        rows = zip(*(_python_values(c) for c in table.columns), strict=True)
+        rows = zip(*(python_values(c) for c in table.columns), strict=True)
         self._cursor.executemany(sql, rows)  # type: ignore[arg-type]  # sqlite3 takes any iterable
 
     def commit(self) -> None:
+        self.finish()
         self._conn.commit()
 
     def rollback(self) -> None:
+        try:
+            self.finish(RuntimeError("import abandoned"))
+        except self.driver_error:
+            pass  # the COPY had failed already (that error is the one the caller sees); roll back regardless
         self._conn.rollback()
 
     def close(self) -> None:
@@ -400,6 +421,15 @@ class ColumnarJobWriter:
         self.kept: list[Any] = []
         self._db: _DbapiConn | None = None
         self._columns: tuple[str, ...] = ()
+        self._indexes: list[tuple[str, str]] = []
+
+    def _index_ddl(self) -> list[tuple[str, str]]:
+        """(DROP, CREATE) of each secondary index of ``jobs``, from the schema."""
+        from sqlalchemy.schema import CreateIndex, DropIndex
+
+        dialect = self.store.engine.dialect
+        return [(str(DropIndex(ix).compile(dialect=dialect)), str(CreateIndex(ix).compile(dialect=dialect)))
+                for ix in sorted(jobs.indexes, key=lambda ix: str(ix.name))]
 
     def __enter__(self) -> ColumnarJobWriter:
         self._db = db = _DbapiConn(self.store)
@@ -408,8 +438,14 @@ class ColumnarJobWriter:
                 db.execute(f"PRAGMA busy_timeout={30_000}")
                 db.execute(f"PRAGMA cache_size=-{SQLITE_IMPORT_CACHE_KIB}")
                 db.execute("PRAGMA temp_store=MEMORY")
+                db.execute("BEGIN IMMEDIATE")  # the index DDL below must roll back with the rows
             had_rows = bool(db.query(f"SELECT 1 FROM jobs WHERE cluster = {_sql_literal(self.cluster)} LIMIT 1"))
             self.bulk = self.allow_bulk and not had_rows
+            if self.bulk and not db.query("SELECT 1 FROM jobs LIMIT 1"):
+                # load, then index: an empty store's secondary indexes are built once, at the end
+                self._indexes = self._index_ddl()
+                for drop, _create in self._indexes:
+                    db.execute(drop)
         except BaseException:
             db.rollback()
             db.close()
@@ -423,6 +459,8 @@ class ColumnarJobWriter:
             if exc_type is None:
                 if not self.bulk and self._columns:
                     self._merge(db)
+                for _drop, create in self._indexes:
+                    db.execute(create)
                 db.commit()
             else:
                 db.rollback()

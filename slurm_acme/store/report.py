@@ -762,6 +762,20 @@ def _codes(array: Any) -> tuple[np.ndarray, list[str]]:
     return to_numpy(encoded.indices).astype(np.int64), encoded.dictionary.to_pylist()
 
 
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_text(value: Any) -> str:
+    """One field of COPY's text format (psycopg's write_row, without its per-row cost)."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, float):
+        return repr(value)  # round-trips; 'inf' and 'nan' are what Postgres reads too
+    if isinstance(value, str):
+        return value.translate(_COPY_ESCAPES)
+    return str(value)
+
+
 def _copy_rows(conn: Connection, table: Table, rows: list[tuple]) -> None:
     """Many rows into a rollup table inside ``conn``'s transaction (COPY on Postgres)."""
     if not rows:
@@ -769,12 +783,35 @@ def _copy_rows(conn: Connection, table: Table, rows: list[tuple]) -> None:
     names = [c.name for c in table.c]
     if conn.dialect.name == "postgresql":
         cols = ", ".join(f'"{n}"' for n in names)
+        text_rows = "".join("\t".join(map(_copy_text, row)) + "\n" for row in rows)
         with conn.connection.driver_connection.cursor() as cur:  # type: ignore[union-attr]
             with cur.copy(f"COPY {table.name} ({cols}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
+                copy.write(text_rows)
         return
     marks = ", ".join("?" for _ in names)
+    conn.exec_driver_sql(f"INSERT INTO {table.name} VALUES ({marks})", rows)
+
+
+def _copy_table(conn: Connection, table: Table, batch: Any) -> None:
+    """A pyarrow table (columns in ``table``'s order) into ``table``, in ``conn``'s
+    transaction: CSV through COPY on Postgres, one executemany on SQLite."""
+    from slurm_acme.store.job_import import python_values
+
+    names = [c.name for c in table.c]
+    assert batch.column_names == names
+    if conn.dialect.name == "postgresql":
+        import pyarrow as pa
+        import pyarrow.csv as pa_csv
+
+        sink = pa.BufferOutputStream()
+        pa_csv.write_csv(batch, sink, pa_csv.WriteOptions(include_header=False))
+        cols = ", ".join(f'"{n}"' for n in names)
+        with conn.connection.driver_connection.cursor() as cur:  # type: ignore[union-attr]
+            with cur.copy(f"COPY {table.name} ({cols}) FROM STDIN (FORMAT csv)") as copy:
+                copy.write(sink.getvalue())
+        return
+    marks = ", ".join("?" for _ in names)
+    rows = list(zip(*(python_values(c) for c in batch.columns), strict=True))
     conn.exec_driver_sql(f"INSERT INTO {table.name} VALUES ({marks})", rows)
 
 
@@ -785,7 +822,7 @@ def rollups_from_columns(store: Any, cluster: str, batches: Sequence[Any]) -> in
     One transaction; returns how many partitions were written."""
     import pyarrow as pa
 
-    from slurm_acme.columns import to_numpy, valid
+    from slurm_acme.columns import constant_strings, from_numpy, strings, to_numpy, valid
 
     if not batches:
         return 0
@@ -842,7 +879,7 @@ def rollups_from_columns(store: Any, cluster: str, batches: Sequence[Any]) -> in
                        float(gtime_sum[k]), float(dur_sum[k]) if dur_n[k] else None, int(dur_n[k]),
                        float(dur_max[k]) if dur_n[k] else None, float(que_sum[k]) if que_n[k] else None,
                        int(que_n[k])))
-    values: list[tuple] = []
+    values: list[Any] = []  # pyarrow tables, one per metric
     points: list[tuple] = []
     gpu_job = gpus > 0
     for metric, v, present in (("dur", dur, has_dur), ("que", que, has_que)):
@@ -854,9 +891,16 @@ def rollups_from_columns(store: Any, cluster: str, batches: Sequence[Any]) -> in
             keys, counts = np.unique(np.ravel_multi_index((month_idx[take], wtype_idx[take], value_idx), value_shape),
                                      return_counts=True)
             at_month, at_type, at_value = (np.asarray(a) for a in np.unravel_index(keys, value_shape))
+            values.append(pa.table({
+                "cluster": constant_strings(cluster, len(keys)),
+                "month_ts": from_numpy(months[at_month].astype(np.float64)),
+                "metric": constant_strings(metric, len(keys)),
+                "wtype": strings(wtypes).take(from_numpy(at_type.astype(np.int64))),
+                "value": from_numpy(seen[at_value].astype(np.float64)),
+                "jobs": from_numpy(counts.astype(np.int64)),
+            }))
             for mi, wi, x, count in zip(at_month.tolist(), at_type.tolist(), seen[at_value].tolist(), counts.tolist(),
                                         strict=True):
-                values.append((cluster, float(months[mi]), metric, wtypes[wi], x, count))
                 per_month.setdefault(mi, {}).setdefault(wtypes[wi], []).append((x, count))
         for m in range(len(months)):
             per_type = per_month.get(m, {})
@@ -877,7 +921,8 @@ def rollups_from_columns(store: Any, cluster: str, batches: Sequence[Any]) -> in
             conn.execute(table_.delete().where(and_(table_.c.cluster == cluster,
                                                     table_.c.month_ts.in_([float(m) for m in months]))))
         _copy_rows(conn, report_job_groups, groups)
-        _copy_rows(conn, report_job_values, values)
+        for batch in values:
+            _copy_table(conn, report_job_values, batch)
         _copy_rows(conn, report_job_points, points)
         _copy_rows(conn, report_rollup_parts, parts)
     return len(months)
