@@ -34,7 +34,6 @@ import pyarrow.csv as pa_csv
 from slurm_acme.columns import from_numpy, strings, to_numpy
 from slurm_acme.errors import InputError
 from slurm_acme.ingest.trace import (
-    _NUMBER,
     _TIMESTAMP,
     ORDERED_TIMES,
     BadRow,
@@ -125,10 +124,11 @@ def _anchored(pattern: re.Pattern[str]) -> str:
 
 def _ints(column: Column, array: pa.Array) -> tuple[pa.Array, np.ndarray]:
     n = len(array)
-    empty = _empty(array)
-    fast = _mask(pc.match_substring_regex(array, r"^[0-9]+$"))
+    lengths = to_numpy(pc.binary_length(array))
+    empty = lengths == 0
+    fast = ~empty & (_per_value(array, _DIGIT) == lengths)
     digits = fast.copy()
-    fast &= to_numpy(pc.binary_length(array)) <= 9  # at most 999,999,999: below INT_MAX
+    fast &= lengths <= 9  # at most 999,999,999: below INT_MAX
     values = np.zeros(n, dtype=np.int64)
     if fast.any():
         values[fast] = to_numpy(pc.cast(array.filter(from_numpy(fast)), pa.int64()))
@@ -146,11 +146,29 @@ def _ints(column: Column, array: pa.Array) -> tuple[pa.Array, np.ndarray]:
     return from_numpy(values), bad
 
 
+_DIGIT = np.zeros(256, dtype=np.int64)
+_DIGIT[ord("0"):ord("9") + 1] = 1
+_DOT = np.zeros(256, dtype=np.int64)
+_DOT[ord(".")] = 1
+
+
+def _per_value(array: pa.Array, byte_class: np.ndarray) -> np.ndarray:
+    """How many bytes of each value are in ``byte_class`` (a 0/1 table of 256)."""
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)[array.offset:array.offset + len(array) + 1]
+    data = np.frombuffer(array.buffers()[2], dtype=np.uint8) if array.buffers()[2] else np.zeros(0, np.uint8)
+    running = np.zeros(len(data) + 1, dtype=np.int64)
+    np.cumsum(byte_class[data], out=running[1:])
+    return running[offsets[1:]] - running[offsets[:-1]]
+
+
 def _nums(column: Column, array: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """pyarrow's and Python's decimal-to-double conversions both round correctly,
-    so every value of the rule's shape is converted in bulk."""
-    empty = _empty(array)
-    shaped = _mask(pc.match_substring_regex(array, _anchored(_NUMBER)))
+    so every value of the rule's shape (digits, at most one dot, not the dot
+    alone: :data:`~slurm_acme.ingest.trace._NUMBER`) is converted in bulk."""
+    lengths = to_numpy(pc.binary_length(array))
+    empty = lengths == 0
+    dots = _per_value(array, _DOT)
+    shaped = ~empty & (_per_value(array, _DIGIT) + dots == lengths) & (dots <= 1) & (lengths > dots)
     values = np.full(len(array), np.nan)
     bad = ~(shaped | empty)
     if shaped.any():
@@ -163,54 +181,72 @@ _DAYS_IN_MONTH = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
 
 
 def _times(column: Column, array: pa.Array) -> tuple[pa.Array, np.ndarray]:
-    """``YYYY-MM-DD[ T]HH:MM:SS`` with no offset, ``Z`` or ``±HH:MM``, decoded with
-    numpy at fixed positions; anything else of the right shape goes to the reference."""
+    """``YYYY-MM-DD[ T]HH:MM:SS`` with no offset, ``Z`` or ``±HH:MM``, checked and
+    decoded with numpy at fixed positions; any other value is matched against the
+    rule's pattern, and those of its shape go to the reference."""
     n = len(array)
     lengths = to_numpy(pc.binary_length(array))
     empty = lengths == 0
-    shaped = _mask(pc.match_substring_regex(array, _anchored(_TIMESTAMP)))
     values = np.full(n, np.nan)
-    bad = ~(shaped | empty)
-    fast = shaped & ((lengths == 19) | (lengths == 20) | (lengths == 25))
-    where = np.flatnonzero(fast)
+    bad = np.zeros(n, dtype=bool)
+    where = np.flatnonzero((lengths == 19) | (lengths == 20) | (lengths == 25))
+    sure = np.zeros(len(where), dtype=bool)
     if len(where):
-        offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)[array.offset:array.offset + n + 1]
-        data = np.frombuffer(array.buffers()[2], dtype=np.uint8)
-        starts = offsets[where]
-        width = lengths[where]
-        padded = np.concatenate([data, np.zeros(25, dtype=np.uint8)])
-
-        def char(k: int) -> np.ndarray:
-            return padded[starts + k]
-
-        def num(a: int, b: int) -> np.ndarray:
-            return (char(a).astype(np.int64) - 48) * 10 + (char(b).astype(np.int64) - 48)
-
-        year = num(0, 1) * 100 + num(2, 3)
-        month, day, hour, minute, second = num(5, 6), num(8, 9), num(11, 12), num(14, 15), num(17, 18)
-        leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
-        month_ok = (month >= 1) & (month <= 12)
-        last_day = _DAYS_IN_MONTH[np.clip(month, 0, 12)] + ((month == 2) & leap)
-        with_offset = width == 25
-        marker = char(19)
-        sign = np.where(marker == ord("-"), -1, 1)
-        zone_hour, zone_minute = num(20, 21), num(23, 24)
-        signed = (marker == ord("+")) | (marker == ord("-"))
-        zone_ok = ~with_offset | (signed & (zone_hour <= 23) & (zone_minute <= 59))
-        zone = np.where(with_offset, sign * (zone_hour * 3600 + zone_minute * 60), 0)
-        zulu_ok = (width != 20) | (marker == ord("Z"))
-        sure = (month_ok & (year >= 1) & (day >= 1) & (day <= last_day) & (hour <= 23) & (minute <= 59)
-                & (second <= 59) & zone_ok & zulu_ok)
-        y = year - (month <= 2)
-        era = y // 400
-        yoe = y - era * 400
-        doy = (153 * ((month + 9) % 12) + 2) // 5 + day - 1
-        days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
-        epoch = days * 86400 + hour * 3600 + minute * 60 + second - zone
-        values[where[sure]] = epoch[sure].astype(np.float64)
-        fast[where[~sure]] = False
-    _resolve(column, array, shaped & ~fast, values, bad)
+        sure, epoch = _fixed_times(array, where, lengths[where])
+        values[where[sure]] = epoch[sure]
+    rest = ~empty
+    rest[where[sure]] = False
+    others = np.flatnonzero(rest)
+    if len(others):
+        shaped = _mask(pc.match_substring_regex(array.take(from_numpy(others.astype(np.int64))),
+                                                _anchored(_TIMESTAMP)))
+        bad[others[~shaped]] = True
+        unsure = np.zeros(n, dtype=bool)
+        unsure[others[shaped]] = True
+        _resolve(column, array, unsure, values, bad)
     return from_numpy(values, empty | bad), bad
+
+
+def _fixed_times(array: pa.Array, where: np.ndarray, width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(surely valid, UTC epoch seconds) of the values at ``where``, 19, 20 or 25 bytes long."""
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)[array.offset:array.offset + len(array) + 1]
+    data = np.frombuffer(array.buffers()[2], dtype=np.uint8)
+    starts = offsets[where]
+    padded = np.concatenate([data, np.zeros(25, dtype=np.uint8)])
+    ok = np.ones(len(where), dtype=bool)
+
+    def char(k: int) -> np.ndarray:
+        return padded[starts + k]
+
+    def num(a: int, b: int) -> np.ndarray:
+        nonlocal ok
+        high, low = char(a).astype(np.int64) - 48, char(b).astype(np.int64) - 48
+        ok &= (high >= 0) & (high <= 9) & (low >= 0) & (low <= 9)
+        return high * 10 + low
+
+    for k, expected in ((4, "-"), (7, "-"), (13, ":"), (16, ":")):
+        ok &= char(k) == ord(expected)
+    ok &= (char(10) == ord(" ")) | (char(10) == ord("T"))
+    year = num(0, 1) * 100 + num(2, 3)
+    month, day, hour, minute, second = num(5, 6), num(8, 9), num(11, 12), num(14, 15), num(17, 18)
+    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
+    last_day = _DAYS_IN_MONTH[np.clip(month, 0, 12)] + ((month == 2) & leap)
+    marker = char(19)
+    with_offset = width == 25
+    digits_before = ok.copy()
+    zone_hour, zone_minute = num(20, 21), num(23, 24)
+    ok = np.where(with_offset, ok & (char(22) == ord(":")) & (zone_hour <= 23) & (zone_minute <= 59)
+                  & ((marker == ord("+")) | (marker == ord("-"))), digits_before)
+    ok &= (width != 20) | (marker == ord("Z"))
+    ok &= (month >= 1) & (month <= 12) & (year >= 1) & (day >= 1) & (day <= last_day)
+    ok &= (hour <= 23) & (minute <= 59) & (second <= 59)
+    zone = np.where(with_offset, np.where(marker == ord("-"), -1, 1) * (zone_hour * 3600 + zone_minute * 60), 0)
+    y = year - (month <= 2)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * ((month + 9) % 12) + 2) // 5 + day - 1
+    days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+    return ok, (days * 86400 + hour * 3600 + minute * 60 + second - zone).astype(np.float64)
 
 
 def _texts(column: Column, array: pa.Array) -> tuple[pa.Array, np.ndarray]:

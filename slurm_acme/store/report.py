@@ -20,12 +20,10 @@ floating-point ``p * n``, and both run on SQLite.
 from __future__ import annotations
 
 import time
-from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -442,16 +440,27 @@ ALL_TYPES = "*"
 def distribution_points(pairs: list[tuple[float, int]]) -> list[tuple[str, float, float]]:
     """``(kind, x, value)`` figures of the values given as sorted ``(value,
     count)`` pairs: their number, nearest-rank percentiles, counts ``<= 2**k``."""
-    n = sum(c for _, c in pairs)
+    return distribution_points_of(np.array([v for v, _ in pairs], dtype=np.float64),
+                                  np.array([c for _, c in pairs], dtype=np.int64))
+
+
+_PERCENTS = np.array(POINT_PERCENTS, dtype=np.int64)
+_CDF_X = 2.0 ** np.array(POINT_CDF_KS, dtype=np.float64)
+
+
+def distribution_points_of(values: np.ndarray, counts: np.ndarray) -> list[tuple[str, float, float]]:
+    """:func:`distribution_points` of sorted distinct ``values`` and their ``counts``."""
+    n = int(counts.sum())
     if not n:
         return [("n", 0.0, 0.0)]
+    cumulative = np.cumsum(counts)
+    ranks = (_PERCENTS * n + 99) // 100  # nearest_rank
+    at = values[np.searchsorted(cumulative, ranks, side="left")]
+    below = np.searchsorted(values, _CDF_X, side="right")
+    le = np.where(below > 0, cumulative[np.maximum(below - 1, 0)], 0)
     out = [("n", 0.0, float(n))]
-    cumulative = list(accumulate(c for _, c in pairs))
-    values = [v for v, _ in pairs]
-    out += [("p", float(p), float(values[bisect_left(cumulative, nearest_rank(p, n))])) for p in POINT_PERCENTS]
-    for k in POINT_CDF_KS:
-        i = bisect_right(values, 2.0**k)
-        out.append(("le", 2.0**k, float(cumulative[i - 1] if i else 0)))
+    out += zip(["p"] * len(ranks), _PERCENTS.astype(np.float64).tolist(), at.astype(np.float64).tolist(), strict=True)
+    out += zip(["le"] * len(_CDF_X), _CDF_X.tolist(), le.astype(np.float64).tolist(), strict=True)
     return out
 
 
@@ -792,6 +801,23 @@ def _copy_rows(conn: Connection, table: Table, rows: list[tuple]) -> None:
     conn.exec_driver_sql(f"INSERT INTO {table.name} VALUES ({marks})", rows)
 
 
+def _month_points(cluster: str, metric: str, months: np.ndarray, wtypes: list[str], at_month: np.ndarray,
+                  at_type: np.ndarray, value: np.ndarray, count: np.ndarray) -> list[tuple]:
+    """``report_job_points`` rows of one metric: per month, per type and over all
+    types, from distinct (month, type, value) counts sorted in that order."""
+    out: list[tuple] = []
+    for m, month in enumerate(months.tolist()):
+        in_month = at_month == m
+        types, values, counts = at_type[in_month], value[in_month], count[in_month]
+        per_type = {wtypes[t]: types == t for t in np.unique(types).tolist()}
+        figures = {w: distribution_points_of(values[mask], counts[mask]) for w, mask in sorted(per_type.items())}
+        distinct, merged = np.unique(values, return_inverse=True)
+        figures[ALL_TYPES] = distribution_points_of(distinct, np.bincount(merged, weights=counts,
+                                                                         minlength=len(distinct)).astype(np.int64))
+        out += [(cluster, float(month), metric, w, kind, x, v) for w, rows in figures.items() for kind, x, v in rows]
+    return out
+
+
 def _copy_table(conn: Connection, table: Table, batch: Any) -> None:
     """A pyarrow table (columns in ``table``'s order) into ``table``, in ``conn``'s
     transaction: CSV through COPY on Postgres, one executemany on SQLite."""
@@ -884,33 +910,21 @@ def rollups_from_columns(store: Any, cluster: str, batches: Sequence[Any]) -> in
     gpu_job = gpus > 0
     for metric, v, present in (("dur", dur, has_dur), ("que", que, has_que)):
         take = gpu_job & present
-        per_month: dict[int, dict[str, list[tuple[float, int]]]] = {}
         if take.any():
             seen, value_idx = np.unique(v[take], return_inverse=True)
             value_shape = (len(months), len(wtypes), len(seen))
             keys, counts = np.unique(np.ravel_multi_index((month_idx[take], wtype_idx[take], value_idx), value_shape),
                                      return_counts=True)
             at_month, at_type, at_value = (np.asarray(a) for a in np.unravel_index(keys, value_shape))
-            values.append(pa.table({
-                "cluster": constant_strings(cluster, len(keys)),
-                "month_ts": from_numpy(months[at_month].astype(np.float64)),
-                "metric": constant_strings(metric, len(keys)),
-                "wtype": strings(wtypes).take(from_numpy(at_type.astype(np.int64))),
-                "value": from_numpy(seen[at_value].astype(np.float64)),
-                "jobs": from_numpy(counts.astype(np.int64)),
-            }))
-            for mi, wi, x, count in zip(at_month.tolist(), at_type.tolist(), seen[at_value].tolist(), counts.tolist(),
-                                        strict=True):
-                per_month.setdefault(mi, {}).setdefault(wtypes[wi], []).append((x, count))
-        for m in range(len(months)):
-            per_type = per_month.get(m, {})
-            overall: dict[float, int] = {}
-            for pairs in per_type.values():
-                for value, count in pairs:
-                    overall[value] = overall.get(value, 0) + count
-            per_type = {**dict(sorted(per_type.items())), ALL_TYPES: sorted(overall.items())}
-            points += [(cluster, float(months[m]), metric, wtype, kind, x, value)
-                       for wtype, pairs in per_type.items() for kind, x, value in distribution_points(pairs)]
+            values.append(pa.Table.from_arrays([
+                constant_strings(cluster, len(keys)), from_numpy(months[at_month].astype(np.float64)),
+                constant_strings(metric, len(keys)), strings(wtypes).take(from_numpy(at_type.astype(np.int64))),
+                from_numpy(seen[at_value].astype(np.float64)), from_numpy(counts.astype(np.int64)),
+            ], names=[c.name for c in report_job_values.c]))
+            points += _month_points(cluster, metric, months, wtypes, at_month, at_type, seen[at_value], counts)
+        else:
+            points += _month_points(cluster, metric, months, wtypes, *(np.zeros(0, dtype=t) for t in
+                                                                       (np.int64, np.int64, np.float64, np.int64)))
     parts = [(cluster, float(m), int(n), now) for m, n in zip(months.tolist(), np.bincount(month_idx).tolist(),
                                                                  strict=True)]
     with store.engine.begin() as conn:
