@@ -761,14 +761,21 @@ def _outcomes(states: list[str]) -> np.ndarray:
     return np.array([outcome(s) for s in states], dtype=np.int64)
 
 
-def _codes(array: Any) -> tuple[np.ndarray, list[str]]:
-    """Dictionary codes and labels of a string column."""
+def _codes(array: Any, *, ordered: bool = False) -> tuple[np.ndarray, list[str]]:
+    """Dictionary codes and labels of a string column; ``ordered``: codes in label
+    order, so rows grouped by code come out in the rollup tables' key order."""
     import pyarrow.compute as pc
 
     from slurm_acme.columns import to_numpy
 
     encoded = pc.dictionary_encode(array)
-    return to_numpy(encoded.indices).astype(np.int64), encoded.dictionary.to_pylist()
+    codes, labels = to_numpy(encoded.indices).astype(np.int64), encoded.dictionary.to_pylist()
+    if not ordered:
+        return codes, labels
+    order = sorted(range(len(labels)), key=labels.__getitem__)
+    rank = np.empty(len(labels), dtype=np.int64)
+    rank[order] = np.arange(len(labels))
+    return rank[codes], [labels[i] for i in order]
 
 
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
@@ -847,6 +854,7 @@ def rollups_from_columns(store: Any, cluster: str, batches: Sequence[Any]) -> in
     fall in, computed from those rows, which must be every job of those months.
     One transaction; returns how many partitions were written."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from slurm_acme.columns import constant_strings, from_numpy, strings, to_numpy, valid
 
@@ -870,7 +878,7 @@ def rollups_from_columns(store: Any, cluster: str, batches: Sequence[Any]) -> in
     seconds = np.floor(submit).astype(np.int64)
     month_of = seconds.astype("datetime64[s]").astype("datetime64[M]").astype("datetime64[s]").astype(np.int64)
     months, month_idx = np.unique(month_of, return_inverse=True)
-    wtype_idx, wtypes = _codes(table["workload_type"].chunk(0))
+    wtype_idx, wtypes = _codes(table["workload_type"].chunk(0), ordered=True)
     state_idx, states = _codes(table["state"].chunk(0))
     outcome_idx = _outcomes(states)[state_idx]
     gpus, _ = column("gpus")
@@ -935,8 +943,10 @@ def rollups_from_columns(store: Any, cluster: str, batches: Sequence[Any]) -> in
             conn.execute(table_.delete().where(and_(table_.c.cluster == cluster,
                                                     table_.c.month_ts.in_([float(m) for m in months]))))
         _copy_rows(conn, report_job_groups, groups)
-        for batch in values:
-            _copy_table(conn, report_job_values, batch)
+        if values:  # in key order: the b-tree is appended to, not split
+            merged = pa.concat_tables(values)
+            keys = [(c.name, "ascending") for c in report_job_values.c if c.primary_key]
+            _copy_table(conn, report_job_values, merged.take(pc.sort_indices(merged, sort_keys=keys)))
         _copy_rows(conn, report_job_points, points)
         _copy_rows(conn, report_rollup_parts, parts)
     return len(months)
