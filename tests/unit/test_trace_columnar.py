@@ -175,3 +175,28 @@ def test_a_second_import_into_a_cluster_takes_the_upsert_path_and_rebuilds_only_
     assert (again.rows, again.months_rebuilt) == (2, 1)
     assert [r[0] for r in rows_of(store, "seren")] == ["1", "2", "3"]
     assert rollups_of(store, "seren")["report_rollup_parts"] == [(1688169600.0, 3)]
+
+
+def test_an_aborted_bulk_import_into_an_empty_store_leaves_its_index_and_no_rows(store, tmp_path):
+    from sqlalchemy import inspect
+
+    from slurm_acme.errors import InputError
+
+    text = "\n".join([SEREN_HEADER, ROW.format(id=1, d=1), ROW.format(id=2, d=2).replace(",SFT,", ",Nope,")]) + "\n"
+    with pytest.raises(InputError, match=r"bad\.csv:3: column 'type'.*nothing imported"):
+        import_trace(store, write(tmp_path, "bad.csv", text), cluster="seren", strict=True)
+    assert rows_of(store, "seren") == []
+    assert "ix_jobs_cluster_submit" in {ix["name"] for ix in inspect(store.engine).get_indexes("jobs")}
+    # and a bulk import that completes builds it again
+    import_trace(store, write(tmp_path, "good.csv", "\n".join([SEREN_HEADER, ROW.format(id=1, d=1)]) + "\n"),
+                 cluster="seren")
+    assert "ix_jobs_cluster_submit" in {ix["name"] for ix in inspect(store.engine).get_indexes("jobs")}
+
+
+def test_misshapen_rows_blank_lines_and_crlf_are_named_by_file_line(store, tmp_path):
+    text = (SEREN_HEADER + "\r\n" + ROW.format(id=1, d=1) + "\r\n" + "5,u,1\r\n" + "\r\n"
+            + ROW.format(id=3, d=3) + "\r\n")
+    result = import_trace(store, write(tmp_path, "m.csv", text), cluster="seren")
+    assert (result.rows, result.skipped) == (2, 1)
+    assert "m.csv:3: column '*': expected 13 fields, found 3" in str(result.bad[0])
+    assert [r[0] for r in rows_of(store, "seren")] == ["1", "3"]
