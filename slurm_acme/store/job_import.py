@@ -368,7 +368,11 @@ class _DbapiConn:
             pa_csv.write_csv(table, sink, pa_csv.WriteOptions(include_header=False))
             if self._copy is None:
                 # one COPY for the whole import: the server loads a batch while the next is read
-                self._copy_context = self._cursor.copy(f"COPY {table_name} ({cols}) FROM STDIN (FORMAT csv)")
+                from psycopg.copy import QueuedLibpqWriter
+
+                # a writer thread sends each batch, so the next one is read and checked meanwhile
+                self._copy_context = self._cursor.copy(f"COPY {table_name} ({cols}) FROM STDIN (FORMAT csv)",
+                                                       writer=QueuedLibpqWriter(self._cursor))  # type: ignore[arg-type]
                 self._copy = (table_name, self._copy_context.__enter__())
             assert self._copy[0] == table_name
             self._copy[1].write(sink.getvalue())
@@ -423,13 +427,29 @@ class ColumnarJobWriter:
         self._columns: tuple[str, ...] = ()
         self._indexes: list[tuple[str, str]] = []
 
-    def _index_ddl(self) -> list[tuple[str, str]]:
-        """(DROP, CREATE) of each secondary index of ``jobs``, from the schema."""
+    def _may_alter(self, db: _DbapiConn) -> bool:
+        """Whether this user may drop and rebuild the indexes (Postgres: owns ``jobs``)."""
+        if self.store.dialect != "postgresql":
+            return True
+        return bool(db.query("SELECT pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = 'jobs'::regclass")[0][0])
+
+    def _index_ddl(self, db: _DbapiConn) -> list[tuple[str, str]]:
+        """(DROP, CREATE) of the indexes of ``jobs`` that can be built after a load,
+        from the schema: the secondary ones, and on Postgres the primary key
+        (re-adding it is what finds a job id the file repeats)."""
         from sqlalchemy.schema import CreateIndex, DropIndex
 
         dialect = self.store.engine.dialect
-        return [(str(DropIndex(ix).compile(dialect=dialect)), str(CreateIndex(ix).compile(dialect=dialect)))
-                for ix in sorted(jobs.indexes, key=lambda ix: str(ix.name))]
+        ddl = [(str(DropIndex(ix).compile(dialect=dialect)), str(CreateIndex(ix).compile(dialect=dialect)))
+               for ix in sorted(jobs.indexes, key=lambda ix: str(ix.name))]
+        if self.store.dialect == "postgresql":  # a SQLite table WITHOUT ROWID is its primary key
+            # by the name the store has (stores made before the naming convention differ)
+            found = db.query("SELECT conname FROM pg_constraint WHERE conrelid = 'jobs'::regclass AND contype = 'p'")
+            if found:
+                name, cols = found[0][0].replace('"', '""'), ", ".join(c.name for c in jobs.primary_key.columns)
+                ddl.insert(0, (f'ALTER TABLE jobs DROP CONSTRAINT "{name}"',
+                               f'ALTER TABLE jobs ADD CONSTRAINT "{name}" PRIMARY KEY ({cols})'))
+        return ddl
 
     def __enter__(self) -> ColumnarJobWriter:
         self._db = db = _DbapiConn(self.store)
@@ -441,9 +461,9 @@ class ColumnarJobWriter:
                 db.execute("BEGIN IMMEDIATE")  # the index DDL below must roll back with the rows
             had_rows = bool(db.query(f"SELECT 1 FROM jobs WHERE cluster = {_sql_literal(self.cluster)} LIMIT 1"))
             self.bulk = self.allow_bulk and not had_rows
-            if self.bulk and not db.query("SELECT 1 FROM jobs LIMIT 1"):
+            if self.bulk and not db.query("SELECT 1 FROM jobs LIMIT 1") and self._may_alter(db):
                 # load, then index: an empty store's secondary indexes are built once, at the end
-                self._indexes = self._index_ddl()
+                self._indexes = self._index_ddl(db)
                 for drop, _create in self._indexes:
                     db.execute(drop)
         except BaseException:

@@ -187,10 +187,12 @@ def test_an_aborted_bulk_import_into_an_empty_store_leaves_its_index_and_no_rows
         import_trace(store, write(tmp_path, "bad.csv", text), cluster="seren", strict=True)
     assert rows_of(store, "seren") == []
     assert "ix_jobs_cluster_submit" in {ix["name"] for ix in inspect(store.engine).get_indexes("jobs")}
+    assert inspect(store.engine).get_pk_constraint("jobs")["constrained_columns"] == ["cluster", "job_id"]
     # and a bulk import that completes builds it again
     import_trace(store, write(tmp_path, "good.csv", "\n".join([SEREN_HEADER, ROW.format(id=1, d=1)]) + "\n"),
                  cluster="seren")
     assert "ix_jobs_cluster_submit" in {ix["name"] for ix in inspect(store.engine).get_indexes("jobs")}
+    assert inspect(store.engine).get_pk_constraint("jobs")["constrained_columns"] == ["cluster", "job_id"]
 
 
 def test_misshapen_rows_blank_lines_and_crlf_are_named_by_file_line(store, tmp_path):
