@@ -49,6 +49,7 @@ from slurm_acme.ingest.trace import (
 if TYPE_CHECKING:
     from slurm_acme.store import Store
     from slurm_acme.store.job_import import ColumnarJobWriter
+    from slurm_acme.store.report import ColumnRollups
 
 #: Bytes read per chunk (about 65,000 AcmeTrace rows).
 CHUNK_BYTES = 8 << 20
@@ -480,16 +481,16 @@ def import_columnar(store: Store, path: Path, *, cluster: str, strict: bool, bat
     cluster that has jobs already) is upserted, and the months it touched are
     rebuilt from ``jobs``."""
     from slurm_acme.store.job_import import BulkConflict
-    from slurm_acme.store.report import refresh_job_rollups, rollups_from_columns
+    from slurm_acme.store.report import refresh_job_rollups, write_rollups
 
     try:
-        run, writer = _write(store, path, cluster=cluster, strict=strict, batch_size=batch_size,
-                             max_reported=max_reported, progress=progress, bulk=bulk)
+        run, writer, rollups = _write(store, path, cluster=cluster, strict=strict, batch_size=batch_size,
+                                      max_reported=max_reported, progress=progress, bulk=bulk)
     except BulkConflict:
-        run, writer = _write(store, path, cluster=cluster, strict=strict, batch_size=batch_size,
-                             max_reported=max_reported, progress=progress, bulk=False)
+        run, writer, rollups = _write(store, path, cluster=cluster, strict=strict, batch_size=batch_size,
+                                      max_reported=max_reported, progress=progress, bulk=False)
     if writer.bulk:
-        run.result.months_rebuilt = rollups_from_columns(store, cluster, writer.kept)
+        run.result.months_rebuilt = write_rollups(store, rollups)
     else:
         run.result.months_rebuilt = refresh_job_rollups(
             store, [{"cluster": cluster, "submit_ts": day * 86400.0} for day in sorted(writer.touched_days)])
@@ -499,8 +500,10 @@ def import_columnar(store: Store, path: Path, *, cluster: str, strict: bool, bat
 
 
 def _write(store: Store, path: Path, *, cluster: str, strict: bool, batch_size: int, max_reported: int,
-           progress: Callable[[int, int], None] | None, bulk: bool) -> tuple[_Run, ColumnarJobWriter]:
+           progress: Callable[[int, int], None] | None,
+           bulk: bool) -> tuple[_Run, ColumnarJobWriter, ColumnRollups | None]:
     from slurm_acme.store.job_import import ColumnarJobWriter
+    from slurm_acme.store.report import prepare_rollups
 
     with ColumnarTrace(path) as trace:
         run = _Run(trace, ImportResult(path=str(path), cluster=cluster), strict, max_reported, progress)
@@ -516,4 +519,6 @@ def _write(store: Store, path: Path, *, cluster: str, strict: bool, batch_size: 
                 writer.write(table)
                 run.result.rows += table.num_rows
                 run.tick()
-    return run, writer
+            # computed while the store still loads the last batches (Postgres works in its own process)
+            rollups = prepare_rollups(cluster, writer.kept) if writer.bulk else None
+    return run, writer, rollups

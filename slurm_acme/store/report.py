@@ -848,27 +848,46 @@ def _copy_table(conn: Connection, table: Table, batch: Any) -> None:
     conn.exec_driver_sql(f"INSERT INTO {table.name} VALUES ({marks})", rows)
 
 
+@dataclass(frozen=True)
+class ColumnRollups:
+    """The rollup rows of one cluster's months, computed from an import's own
+    columns by :func:`prepare_rollups` and written by :func:`write_rollups`."""
+
+    cluster: str
+    months: list[float]
+    groups: list[tuple]
+    values: Any  # a pyarrow table in the key order of report_job_values, or None
+    points: list[tuple]
+    parts: list[tuple]
+
+
 def rollups_from_columns(store: Any, cluster: str, batches: Sequence[Any]) -> int:
-    """Replace the partitions of ``cluster`` that ``batches`` (pyarrow tables with
+    """Replace the partitions of ``cluster`` that ``batches`` fall in, computed
+    from those rows (see :func:`prepare_rollups`); returns how many were written."""
+    return write_rollups(store, prepare_rollups(cluster, batches))
+
+
+def prepare_rollups(cluster: str, batches: Sequence[Any]) -> ColumnRollups | None:
+    """The partitions of ``cluster`` that ``batches`` (pyarrow tables with
     ``submit_ts, workload_type, gpus, duration_s, queue_s, gpu_time_s, state``)
     fall in, computed from those rows, which must be every job of those months.
-    One transaction; returns how many partitions were written."""
+    Touches no database, so it can run while the store is still loading them."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from slurm_acme.columns import constant_strings, from_numpy, strings, to_numpy, valid
 
     if not batches:
-        return 0
+        return None
     table = pa.concat_tables(batches).combine_chunks()
     submit_col = table["submit_ts"].chunk(0) if table.num_rows else None
     if submit_col is None:
-        return 0
+        return None
     has_submit = valid(submit_col)
     table = table.filter(pa.Array.from_buffers(pa.bool_(), len(has_submit), [
         None, pa.py_buffer(np.packbits(has_submit, bitorder="little"))]))
     if not table.num_rows:
-        return 0
+        return None
 
     def column(name: str) -> tuple[np.ndarray, np.ndarray]:
         array = table[name].chunk(0)
@@ -935,18 +954,29 @@ def rollups_from_columns(store: Any, cluster: str, batches: Sequence[Any]) -> in
                                                                        (np.int64, np.int64, np.float64, np.int64)))
     parts = [(cluster, float(m), int(n), now) for m, n in zip(months.tolist(), np.bincount(month_idx).tolist(),
                                                                  strict=True)]
+    merged = None
+    if values:  # in key order: the b-tree is appended to, not split
+        merged = pa.concat_tables(values)
+        merged = merged.take(pc.sort_indices(merged, sort_keys=[(c.name, "ascending") for c in report_job_values.c
+                                                                 if c.primary_key]))
+    return ColumnRollups(cluster, [float(m) for m in months], groups, merged, points, parts)
+
+
+def write_rollups(store: Any, rollups: ColumnRollups | None) -> int:
+    """Replace the partitions ``rollups`` holds, in one transaction; returns how many."""
+    if rollups is None:
+        return 0
+    cluster = rollups.cluster
     with store.engine.begin() as conn:
         _ensure_rollup_tables(conn)
         if conn.dialect.name == "postgresql":
             conn.execute(text(f"SELECT pg_advisory_xact_lock({_ROLLUP_LOCK})"))
         for table_ in (report_job_points, report_job_values, report_job_groups, report_rollup_parts):
             conn.execute(table_.delete().where(and_(table_.c.cluster == cluster,
-                                                    table_.c.month_ts.in_([float(m) for m in months]))))
-        _copy_rows(conn, report_job_groups, groups)
-        if values:  # in key order: the b-tree is appended to, not split
-            merged = pa.concat_tables(values)
-            keys = [(c.name, "ascending") for c in report_job_values.c if c.primary_key]
-            _copy_table(conn, report_job_values, merged.take(pc.sort_indices(merged, sort_keys=keys)))
-        _copy_rows(conn, report_job_points, points)
-        _copy_rows(conn, report_rollup_parts, parts)
-    return len(months)
+                                                    table_.c.month_ts.in_(rollups.months))))
+        _copy_rows(conn, report_job_groups, rollups.groups)
+        if rollups.values is not None:
+            _copy_table(conn, report_job_values, rollups.values)
+        _copy_rows(conn, report_job_points, rollups.points)
+        _copy_rows(conn, report_rollup_parts, rollups.parts)
+    return len(rollups.months)
