@@ -326,13 +326,15 @@ class _Prefixed(io.RawIOBase):
 
 
 def _plain(chunk: bytes) -> bool:
-    """True when every line of ``chunk`` is one record (pyarrow may read it)."""
-    if b'"' in chunk or b"\n\n" in chunk or chunk.startswith(b"\n") or b"\x00" in chunk:
-        return False
-    if b"\r" in chunk:
-        return (chunk.count(b"\r") == chunk.count(b"\r\n") and b"\n\r\n" not in chunk
-                and not chunk.startswith(b"\r\n"))
-    return True
+    """True when every line of ``chunk`` is one record (pyarrow may read it): no
+    quotes, no NUL, no blank lines. pyarrow and Python's csv module both end a
+    line at ``\\n``, ``\\r\\n`` or a lone ``\\r``."""
+    return not (b'"' in chunk or b"\x00" in chunk or b"\n\n" in chunk or b"\r\r" in chunk
+                or b"\n\r" in chunk or chunk.startswith((b"\n", b"\r")))
+
+
+class RowLaneOnly(Exception):
+    """A file the columnar lane leaves to the row lane whole (an unusual header line)."""
 
 
 class ColumnarTrace:
@@ -352,9 +354,10 @@ class ColumnarTrace:
         first = self._raw.readline()
         if first.startswith(_UTF8_BOM):
             first = first[len(_UTF8_BOM):]
-        if not first.strip(b"\r\n"):
-            self.close()
-            raise InputError(f"{path}: empty file, expected an AcmeTrace CSV header")
+        line = first.rstrip(b"\r\n")
+        if not line or b'"' in line or b"\r" in line or b"\x00" in line:
+            self.close()  # empty, blank, quoted or a lone CR: the row lane's reader says what it is
+            raise RowLaneOnly(str(path))
         try:
             header = next(csv.reader([first.decode("utf-8").rstrip("\r\n")]))
         except (UnicodeDecodeError, csv.Error, StopIteration) as exc:

@@ -408,12 +408,16 @@ def import_trace(
         raise InputError("--cluster: a cluster name is required")
     started = time.perf_counter()
     if columnar_lane():
-        from slurm_acme.ingest.columnar import import_columnar
+        from slurm_acme.ingest.columnar import RowLaneOnly, import_columnar
 
-        result = import_columnar(store, path, cluster=cluster, strict=strict, batch_size=batch_size,
-                                 max_reported=max_reported, progress=progress)
-        result.seconds = time.perf_counter() - started
-        return result
+        try:
+            result = import_columnar(store, path, cluster=cluster, strict=strict, batch_size=batch_size,
+                                     max_reported=max_reported, progress=progress)
+        except RowLaneOnly:
+            pass
+        else:
+            result.seconds = time.perf_counter() - started
+            return result
     with TraceFile(path) as trace:
         run = _Run(trace, ImportResult(path=str(path), cluster=cluster), strict, max_reported, progress)
         source = f"trace:{path.name}"

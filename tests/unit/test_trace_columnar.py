@@ -202,3 +202,22 @@ def test_misshapen_rows_blank_lines_and_crlf_are_named_by_file_line(store, tmp_p
     assert (result.rows, result.skipped) == (2, 1)
     assert "m.csv:3: column '*': expected 13 fields, found 3" in str(result.bad[0])
     assert [r[0] for r in rows_of(store, "seren")] == ["1", "3"]
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n", "\r"])
+def test_every_line_ending_imports_the_same(store, tmp_path, ending):
+    text = ending.join([SEREN_HEADER, ROW.format(id=1, d=1), ROW.format(id=2, d=2).replace(",1,8,", ",x,8,"),
+                        ROW.format(id=3, d=3)]) + ending
+    result = import_trace(store, write(tmp_path, "e.csv", text), cluster="seren")
+    assert (result.rows, result.skipped) == (2, 1)
+    assert "e.csv:3: column 'node_num'" in str(result.bad[0])
+    assert [r[0] for r in rows_of(store, "seren")] == ["1", "3"]
+
+
+def test_a_quoted_or_blank_header_line_is_left_to_the_row_lane(store, tmp_path):
+    quoted = '"' + SEREN_HEADER.replace(",", '","') + '"\n' + ROW.format(id=1, d=1) + "\n"
+    assert import_trace(store, write(tmp_path, "q.csv", quoted), cluster="seren").rows == 1
+    from slurm_acme.errors import InputError
+
+    with pytest.raises(InputError, match="empty file"):
+        import_trace(store, write(tmp_path, "e.csv", ""), cluster="seren")
