@@ -7,10 +7,12 @@ their own offset (Seren ``+08:00``, Kalos ``+00:00``) and are stored as UTC
 epoch seconds.
 
 Each column has a *kind* (``COLUMNS``) that says how it is checked and
-converted. The store applies those rules in bulk (in SQL on SQLite, where a
-million rows must import at the speed of the sqlite3 shell); this module
-applies the same rules row by row (for Postgres's ``COPY``) and names the bad
-column of a rejected row in both cases.
+converted; this module owns those rules and applies them row by row
+(:class:`RowConverter`). With pyarrow installed (the ``fast`` extra) imports
+take the columnar lane (:mod:`slurm_acme.ingest.columnar`), which decides
+whole batches at once and hands every value it is not sure of to the same
+converters, naming bad rows with the same words (:func:`describe_problem`).
+Without it, this module's row lane imports on either backend.
 """
 
 from __future__ import annotations
@@ -420,11 +422,7 @@ def import_trace(
             return result
     with TraceFile(path) as trace:
         run = _Run(trace, ImportResult(path=str(path), cluster=cluster), strict, max_reported, progress)
-        source = f"trace:{path.name}"
-        if store.dialect == "sqlite":
-            days = _import_staged(store, run, cluster=cluster, source=source, batch_size=batch_size)
-        else:
-            days = _import_converted(store, run, cluster=cluster, source=source, batch_size=batch_size)
+        days = _import_converted(store, run, cluster=cluster, source=f"trace:{path.name}", batch_size=batch_size)
     from slurm_acme.store.report import refresh_job_rollups
 
     # sacme report's monthly rollups follow every import: the months it wrote to or moved jobs out of
@@ -436,56 +434,8 @@ def import_trace(
     return run.result
 
 
-def _import_staged(store: Store, run: _Run, *, cluster: str, source: str, batch_size: int) -> set[int]:
-    """Raw records go to the store in batches; it checks and converts them in bulk.
-    Returns the UTC days the import touched."""
-    from slurm_acme.store.job_import import StagedJobImport
-
-    trace = run.trace
-    assert isinstance(trace, TraceFile)
-    width = trace.width
-    with StagedJobImport(store, cluster=cluster, source=source, columns=trace.columns,
-                         int_max=INT_MAX, ordered=ORDERED_TIMES) as stage:
-        batch: list[list[str]] = []
-        lines: list[int] = []  # file line of each record in the batch
-        misshapen: list[BadRow] = []
-
-        def flush() -> None:
-            outcome = stage.load(batch, report=max(0, run.max_reported - len(run.result.bad)))
-            found = [
-                BadRow(str(trace.path), lines[index], column.name, value, describe_problem(column, value))
-                for index, position, value in outcome.first_bad
-                if (column := trace.columns[position]) is not None
-            ]
-            # In file order, so --strict names the first bad row of the file.
-            for row in sorted(misshapen + found, key=lambda b: b.line):
-                run.bad(row)
-            run.result.skipped += outcome.bad_count - len(found)
-            run.result.rows += outcome.merged
-            batch.clear()
-            lines.clear()
-            misshapen.clear()
-            run.tick()
-
-        try:
-            for record in trace:
-                if len(record) == width:
-                    batch.append(record)
-                    lines.append(trace.reader.line_num)
-                    if len(batch) >= batch_size:
-                        flush()
-                elif record:
-                    misshapen.append(run.wrong_width(record, trace.reader.line_num))
-                    if len(misshapen) >= batch_size:
-                        flush()
-        except (UnicodeDecodeError, csv.Error) as exc:
-            raise trace.unreadable(exc) from None
-        flush()
-    return stage.touched_days
-
-
 def _import_converted(store: Store, run: _Run, *, cluster: str, source: str, batch_size: int) -> set[int]:
-    """Rows are checked and converted here and streamed to the store (``COPY``).
+    """Rows are checked and converted here and streamed to the store.
     Returns the UTC days the import touched."""
     from slurm_acme.store.job_import import TraceWriter
 

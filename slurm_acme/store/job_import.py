@@ -1,19 +1,19 @@
-"""Bulk writes of job rows: the fast path behind ``sacme import-trace``.
+"""Bulk writes of job rows: the store's side of ``sacme import-trace``.
 
 One transaction per import, so a failed or ``--strict``-aborted import leaves
-nothing behind. SQLite stages raw text and checks and converts it in SQL
-(:class:`StagedJobImport`); Postgres gets ``COPY`` of converted rows into a
-temporary table and one ``INSERT ... SELECT ... ON CONFLICT`` at the end, the
-way a site-scale store wants it (:class:`TraceWriter`). Both collect the days
-the import touched (new rows and the rows they replace), so only those months'
-report rollups are rebuilt.
+nothing behind. :class:`ColumnarJobWriter` takes pyarrow tables (the columnar
+lane): a cluster's first import goes straight into ``jobs`` (an empty store's
+indexes built after the load), any other is staged and merged with ``ON
+CONFLICT``. :class:`TraceWriter` takes converted row tuples (the row lane, when
+pyarrow is not installed) and always merges. Both collect the days the import
+touched (new rows and the rows they replace), so only those months' report
+rollups are rebuilt.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -34,20 +34,22 @@ def _days(values: Iterable[Any]) -> set[int]:
 
 
 class TraceWriter:
-    """Upserts rows of ``fields`` (plus cluster and source) into ``jobs`` on Postgres.
+    """Upserts rows of ``fields`` (plus cluster and source) into ``jobs``: the row lane.
 
-    ``touched_days`` collects the UTC days (of ``submit_ts``) of the rows
-    written and of the rows they replace, so only those months' report
-    rollups are rebuilt afterwards.
+    Rows are staged in a temporary table (``COPY`` on Postgres, one
+    ``executemany`` per batch on SQLite) and merged with one ``INSERT ...
+    SELECT ... ON CONFLICT`` at the end, where the last copy of a job id the
+    file repeats wins. ``touched_days`` collects the UTC days (of ``submit_ts``)
+    of the rows written and of the rows they replace, so only those months'
+    report rollups are rebuilt afterwards.
     """
 
     def __init__(self, store: Store, *, cluster: str, source: str, fields: Sequence[str]):
-        if store.dialect != "postgresql":
-            raise ValueError("TraceWriter is the Postgres path; use StagedJobImport")
         unknown = [f for f in fields if f not in jobs.c]
         if unknown:
             raise ValueError(f"not jobs columns: {unknown}")
         self.store = store
+        self.postgres = store.dialect == "postgresql"
         self.cluster = cluster
         self.source = source
         self.fields = tuple(fields)
@@ -62,7 +64,15 @@ class TraceWriter:
         self._conn = self.store.engine.raw_connection()
         self._cursor = self._conn.cursor()
         cols = ", ".join(f'"{c}"' for c in self.columns)
-        self._cursor.execute(f"CREATE TEMP TABLE acme_import ON COMMIT DROP AS SELECT {cols} FROM jobs WITH NO DATA")
+        if self.postgres:
+            self._cursor.execute(f"CREATE TEMP TABLE acme_import ON COMMIT DROP AS "
+                                 f"SELECT {cols} FROM jobs WITH NO DATA")
+        else:
+            self._cursor.execute(f"PRAGMA cache_size=-{SQLITE_IMPORT_CACHE_KIB}")
+            self._cursor.execute("PRAGMA temp_store=MEMORY")
+            self._cursor.execute("BEGIN IMMEDIATE")
+            self._cursor.execute("DROP TABLE IF EXISTS temp.acme_import")
+            self._cursor.execute(f"CREATE TEMP TABLE acme_import AS SELECT {cols} FROM jobs WHERE 0")
         return self
 
     def __exit__(
@@ -76,10 +86,12 @@ class TraceWriter:
             if exc_type is None:
                 # the days of the rows about to be replaced: their months lose them
                 self._cursor.execute(
-                    f"SELECT DISTINCT floor(j.submit_ts / {DAY_S}) FROM jobs j JOIN acme_import i "
+                    f"SELECT DISTINCT j.submit_ts / {DAY_S} FROM jobs j JOIN acme_import i "
                     "ON j.cluster = i.cluster AND j.job_id = i.job_id WHERE j.submit_ts IS NOT NULL")
                 self.touched_days |= _days(r[0] for r in self._cursor.fetchall())
                 self._cursor.execute(self._merge_sql())
+                if not self.postgres:
+                    self._cursor.execute("DROP TABLE temp.acme_import")
                 self._conn.commit()
             else:
                 self._conn.rollback()
@@ -97,6 +109,11 @@ class TraceWriter:
             self.touched_days |= _days(row[at] / DAY_S for row in rows if row[at] is not None)
         prefix = (self.cluster, self.source)
         cols = ", ".join(f'"{c}"' for c in self.columns)
+        if not self.postgres:
+            marks = ", ".join("?" for _ in self.columns)
+            self._cursor.executemany(f"INSERT INTO acme_import ({cols}) VALUES ({marks})",
+                                     [prefix + row for row in rows])
+            return
         with self._cursor.copy(f"COPY acme_import ({cols}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(prefix + row)
@@ -106,6 +123,10 @@ class TraceWriter:
 
     def _merge_sql(self) -> str:
         cols = ", ".join(f'"{c}"' for c in self.columns)
+        if not self.postgres:
+            # in file order, so the last copy of a repeated job id is the one kept
+            return (f"INSERT INTO jobs ({cols}) SELECT {cols} FROM acme_import WHERE true ORDER BY rowid "
+                    f"ON CONFLICT (cluster, job_id) DO UPDATE SET {self._assignments()}")
         # DISTINCT ON keeps the last copy of a job id repeated within one file.
         return (
             f"INSERT INTO jobs ({cols}) SELECT DISTINCT ON (cluster, job_id) {cols} FROM acme_import "
@@ -114,175 +135,8 @@ class TraceWriter:
         )
 
 
-# -- SQLite: stage raw text, check and convert in SQL ----------------------------
-
-_TIME_SHAPE = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9][ T][0-9][0-9]:[0-9][0-9]:[0-9][0-9]*"
-
-
 def _sql_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
-
-
-def _bad_predicate(kind: str, col: str, choices: Sequence[str], int_max: int) -> str | None:
-    """SQL that is true when ``col`` breaks the rules of its kind (see ingest.trace.Column)."""
-    if kind == "key":
-        return f"({col} = '' OR instr({col}, char(0)) > 0)"
-    if kind == "text":
-        return f"instr({col}, char(0)) > 0"  # Postgres refuses NUL in text; both backends reject it
-    if kind == "int":
-        # CAST clamps a longer digit string to 2**63-1, which is past the limit too.
-        return f"({col} != '' AND ({col} GLOB '*[^0-9]*' OR CAST({col} AS INTEGER) > {int_max}))"
-    if kind == "num":
-        return f"({col} != '' AND ({col} GLOB '*[^0-9.]*' OR {col} GLOB '*.*.*' OR {col} = '.'))"
-    if kind == "time":
-        # Cheap tests first: SQLite stops at the first true OR term, and the
-        # costly date normalisation runs only for days 29-31.
-        suffix = f"substr({col}, 20)"
-        return (
-            f"({col} != '' AND ({col} NOT GLOB '{_TIME_SHAPE}' OR julianday({col}) IS NULL"
-            f" OR substr({col}, 12, 2) > '23' OR substr({col}, 15, 2) > '59' OR substr({col}, 18, 2) > '59'"
-            f" OR NOT ({suffix} = '' OR {suffix} GLOB '[+-][0-9][0-9]:[0-9][0-9]'"
-            f" OR rtrim({suffix}, '0123456789.+-:Z') = '')"
-            f" OR (substr({col}, 9, 2) > '28'"
-            f" AND date(substr({col}, 1, 10), '+0 days') IS NOT substr({col}, 1, 10))))"
-        )
-    if kind == "enum":
-        return f"{col} NOT IN ({', '.join(_sql_literal(c) for c in choices)})"
-    return None
-
-
-def _conversion(kind: str, col: str) -> str:
-    if kind == "int":
-        return f"CASE WHEN {col} = '' THEN 0 ELSE CAST({col} AS INTEGER) END"
-    if kind == "num":
-        return f"CASE WHEN {col} = '' THEN NULL ELSE CAST({col} AS REAL) END"
-    if kind == "time":
-        # julianday() honours the +HH:MM offset; rounding hides float noise.
-        return f"CASE WHEN {col} = '' THEN NULL ELSE round((julianday({col}) - 2440587.5) * 86400.0, 3) END"
-    return col
-
-
-@dataclass(frozen=True)
-class StagedBatch:
-    """What one staged batch came to."""
-
-    merged: int
-    bad_count: int
-    #: The first bad rows: (index in the batch, CSV position of the first bad column, its value).
-    first_bad: list[tuple[int, int, str]]
-
-
-class StagedJobImport:
-    """Bulk import into ``jobs`` on SQLite, at close to the sqlite3 shell's speed.
-
-    Each batch of records is appended as raw text to an in-memory temporary
-    table with one ``executemany``; one scan marks the rows that break a rule;
-    one ``INSERT ... SELECT`` converts and upserts the rest. Everything runs in
-    one transaction, rolled back if the caller raises. ``columns`` gives, per
-    CSV position, an object with ``target``, ``kind`` and ``choices``
-    (``slurm_acme.ingest.trace.Column``), or None to ignore that position;
-    ``int_max`` bounds integers and ``ordered`` names two time columns whose
-    order is checked (the trace module owns those rules).
-    """
-
-    def __init__(self, store: Store, *, cluster: str, source: str, columns: Sequence,
-                 int_max: int, ordered: tuple[str, str]) -> None:
-        if store.dialect != "sqlite":
-            raise ValueError("StagedJobImport is the SQLite path; use TraceWriter")
-        self.store = store
-        self.cluster = cluster
-        self._width = len(columns)
-        self._conn: Any = None
-        self._cursor: Any = None
-        self._had_rows = True
-        self.touched_days: set[int] = set()
-        predicates = [(i, _bad_predicate(c.kind, f"c{i}", c.choices, int_max))
-                      for i, c in enumerate(columns) if c is not None]
-        checks = [(i, p) for i, p in predicates if p]
-        names = [c.name if c is not None else None for c in columns]
-        if all(n in names for n in ordered):  # last: the columns' own rules come first
-            start, end = (f"c{names.index(n)}" for n in ordered)
-            checks.append((names.index(ordered[1]),
-                           f"({start} != '' AND {end} != '' AND julianday({end}) < julianday({start}))"))
-        any_bad = " OR ".join(p for _i, p in checks) or "0"
-        which = " ".join(f"WHEN {p} THEN {i}" for i, p in checks)
-        value = " ".join(f"WHEN {p} THEN c{i}" for i, p in checks)
-        used = [(i, c) for i, c in enumerate(columns) if c is not None]
-        targets = ["cluster", "source", *(c.target for _i, c in used)]
-        values = [_sql_literal(cluster), _sql_literal(source), *(_conversion(c.kind, f"c{i}") for i, c in used)]
-        update = ", ".join(f'"{t}" = excluded."{t}"' for t in targets if t not in _KEY)
-        marks = ", ".join("?" for _ in range(self._width))
-        self._sql_stage = f"INSERT INTO acme_stage VALUES ({marks})"
-        # Bad rows are found with one scan; their CASE columns are computed only for them.
-        self._sql_mark = f"INSERT INTO acme_bad SELECT rowid FROM acme_stage WHERE {any_bad}"
-        self._sql_first_bad = (
-            f"SELECT s.rowid, CASE {which} END, CASE {value} END FROM acme_stage s "
-            f"JOIN acme_bad b ON b.id = s.rowid ORDER BY s.rowid LIMIT ?"
-        )
-        self._sql_merge = (
-            f"INSERT INTO jobs ({', '.join(chr(34) + t + chr(34) for t in targets)}) "
-            f"SELECT {', '.join(values)} FROM acme_stage WHERE rowid NOT IN (SELECT id FROM acme_bad) "
-            f"ORDER BY rowid ON CONFLICT (cluster, job_id) DO UPDATE SET {update}"
-        )
-        position = {c.target: i for i, c in used}
-        good = "s.rowid NOT IN (SELECT id FROM acme_bad)"
-        self._sql_new_days = self._sql_old_days = None
-        if "submit_ts" in position:
-            submit = f"s.c{position['submit_ts']}"
-            self._sql_new_days = (f"SELECT DISTINCT julianday({submit}) - 2440587.5 FROM acme_stage s "
-                                  f"WHERE {submit} != '' AND {good}")
-        if "job_id" in position:
-            self._sql_old_days = (f"SELECT DISTINCT j.submit_ts / {DAY_S} FROM acme_stage s JOIN jobs j "
-                                  f"ON j.cluster = ? AND j.job_id = s.c{position['job_id']} "
-                                  f"WHERE j.submit_ts IS NOT NULL AND {good}")
-
-    def __enter__(self) -> StagedJobImport:
-        self._conn = self.store.engine.raw_connection()
-        self._cursor = self._conn.cursor()
-        self._cursor.execute(f"PRAGMA cache_size=-{SQLITE_IMPORT_CACHE_KIB}")
-        self._cursor.execute("PRAGMA temp_store=MEMORY")
-        self._cursor.execute("DROP TABLE IF EXISTS temp.acme_stage")
-        self._cursor.execute("DROP TABLE IF EXISTS temp.acme_bad")
-        cols = ", ".join(f"c{i} TEXT" for i in range(self._width))
-        self._cursor.execute(f"CREATE TEMP TABLE acme_stage ({cols})")
-        self._cursor.execute("CREATE TEMP TABLE acme_bad (id INTEGER PRIMARY KEY)")
-        self._had_rows = self._cursor.execute(
-            "SELECT 1 FROM jobs WHERE cluster = ? LIMIT 1", (self.cluster,)).fetchone() is not None
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
-        assert self._conn is not None and self._cursor is not None
-        try:
-            if exc_type is None:
-                self._conn.commit()
-            else:
-                self._conn.rollback()
-            self._cursor.execute("DROP TABLE IF EXISTS temp.acme_stage")
-            self._cursor.execute("DROP TABLE IF EXISTS temp.acme_bad")
-        finally:
-            self._cursor.close()
-            self._conn.close()
-
-    def load(self, records: Sequence[Sequence[str]], *, report: int) -> StagedBatch:
-        """Stage, check, convert and upsert one batch (each record exactly as
-        wide as the header); describe up to ``report`` bad rows."""
-        if not records:
-            return StagedBatch(0, 0, [])
-        cur = self._cursor
-        cur.execute("DELETE FROM acme_stage")  # rowids restart at 1: rowid n is records[n - 1]
-        cur.execute("DELETE FROM acme_bad")
-        cur.executemany(self._sql_stage, records)
-        cur.execute(self._sql_mark)
-        bad_count = cur.execute("SELECT count(*) FROM acme_bad").fetchone()[0]
-        first_bad = []
-        if bad_count and report > 0:
-            first_bad = [(int(r[0]) - 1, int(r[1]), r[2]) for r in cur.execute(self._sql_first_bad, (report,))]
-        if self._sql_new_days is not None:
-            self.touched_days |= _days(r[0] for r in cur.execute(self._sql_new_days))
-        if self._sql_old_days is not None and self._had_rows:
-            self.touched_days |= _days(r[0] for r in cur.execute(self._sql_old_days, (self.cluster,)))
-        cur.execute(self._sql_merge)
-        return StagedBatch(len(records) - bad_count, bad_count, first_bad)
 
 
 # -- columnar batches (pyarrow tables of converted rows), both backends ----------
