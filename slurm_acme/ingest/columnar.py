@@ -38,6 +38,7 @@ from slurm_acme.ingest.trace import (
     ORDERED_TIMES,
     BadRow,
     Column,
+    CountingReader,
     ImportResult,
     _converter,
     _Run,
@@ -425,7 +426,7 @@ class ColumnarTrace:
         return columns
 
     def _csv_lane(self, head: bytes, batch_rows: int) -> Iterator[tuple[list[pa.Array], np.ndarray, list[BadRow]]]:
-        counter = _Counting(_Prefixed(head, self._raw))
+        counter = CountingReader(_Prefixed(head, self._raw))
         text = io.TextIOWrapper(io.BufferedReader(counter, 1 << 20), encoding="utf-8", newline="")
         reader = csv.reader(text)
         base = self._line - 1
@@ -453,20 +454,6 @@ class ColumnarTrace:
                 records, lines, misshapen = [], [], []
         self.bytes_read = start + counter.count
         yield _transpose(records, self.width), np.array(lines, dtype=np.int64), misshapen
-
-
-class _Counting(io.RawIOBase):
-    def __init__(self, raw: io.RawIOBase):
-        self.raw = raw
-        self.count = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def, override]
-        n = self.raw.readinto(buffer) or 0
-        self.count += n
-        return n
 
 
 def _transpose(records: list[list[str]], width: int) -> list[pa.Array]:

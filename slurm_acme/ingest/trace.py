@@ -266,10 +266,11 @@ class RowConverter:
 
 # -- reading the file ------------------------------------------------------------
 
-class _CountingReader(io.RawIOBase):
-    """A raw file wrapper that counts bytes read, for a cheap progress bar."""
+class CountingReader(io.RawIOBase):
+    """A raw file wrapper that counts bytes read: a cheap progress bar, and where the
+    columnar lane's byte offsets come from."""
 
-    def __init__(self, raw: io.BufferedReader):
+    def __init__(self, raw: io.RawIOBase | io.BufferedReader):
         self.raw = raw
         self.count = 0
 
@@ -296,7 +297,7 @@ class TraceFile:
         except OSError as exc:
             raise InputError(f"{path}: cannot read: {exc.strerror}") from None
         self._raw = raw
-        self._counter = _CountingReader(raw)
+        self._counter = CountingReader(raw)
         text = io.TextIOWrapper(io.BufferedReader(self._counter, 1 << 20), encoding="utf-8-sig", newline="")
         self.reader = csv.reader(text)
         #: The file line the record being read starts on (a bad record is named by it).
