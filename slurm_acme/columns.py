@@ -8,8 +8,11 @@ buffers instead. Only for arrays without nulls unless a mask is given.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 _NUMPY = {pa.int32(): np.int32, pa.int64(): np.int64, pa.float64(): np.float64}
 
@@ -82,3 +85,37 @@ def python_strings(array: pa.Array) -> list[str | None]:
     joined = np.insert(data, offsets[1:-1] - offsets[0], 0)
     values: list[str | None] = list(joined.tobytes().decode("utf-8").split("\x00"))
     return values
+
+
+#: A string column with at most this share of distinct values is converted through
+#: its dictionary: each distinct value becomes one Python string, shared by its rows.
+_SHARED_STRINGS = 0.25
+
+
+def python_values(array: pa.Array | pa.ChunkedArray) -> list[Any]:
+    """A column's values as Python objects (None for nulls), in C: numbers through
+    numpy, repetitive strings (a state, a user) through their dictionary."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if array.type in _NUMPY:
+        values = to_numpy(array).tolist()
+        if array.null_count:
+            for i in np.flatnonzero(~valid(array)).tolist():
+                values[i] = None
+        return values
+    if array.type == pa.string() and not array.null_count and len(array) > 64:
+        encoded = pc.dictionary_encode(array)
+        if len(encoded.dictionary) <= _SHARED_STRINGS * len(array):
+            distinct = np.array(encoded.dictionary.to_pylist(), dtype=object)
+            return distinct[to_numpy(encoded.indices)].tolist()  # type: ignore[no-any-return]
+    return python_strings(array)
+
+
+def row_major(table: pa.Table) -> list[Any]:
+    """``table``'s values row after row in one flat list (row ``i``, column ``j`` at
+    ``i * num_columns + j``): what a multi-row ``INSERT ... VALUES`` binds."""
+    width = table.num_columns
+    flat: list[Any] = [None] * (table.num_rows * width)
+    for j, column in enumerate(table.columns):
+        flat[j::width] = python_values(column)
+    return flat

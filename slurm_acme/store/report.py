@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -761,6 +761,24 @@ def _outcomes(states: list[str]) -> np.ndarray:
     return np.array([outcome(s) for s in states], dtype=np.int64)
 
 
+def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` by hashing (pyarrow) instead of
+    sorting every value: only the distinct values are sorted, a few of a million."""
+    import pyarrow.compute as pc
+
+    from slurm_acme.columns import from_numpy, to_numpy
+
+    values = np.ascontiguousarray(values)
+    if values.dtype.kind == "f":
+        values = values + 0.0  # -0.0 is 0.0, as np.unique has it
+    encoded = pc.dictionary_encode(from_numpy(values.astype(np.float64 if values.dtype.kind == "f" else np.int64)))
+    found = to_numpy(encoded.dictionary)
+    order = np.argsort(found, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return found[order], rank[to_numpy(encoded.indices)]
+
+
 def _codes(array: Any, *, ordered: bool = False) -> tuple[np.ndarray, list[str]]:
     """Dictionary codes and labels of a string column; ``ordered``: codes in label
     order, so rows grouped by code come out in the rollup tables' key order."""
@@ -828,8 +846,6 @@ def _month_points(cluster: str, metric: str, months: np.ndarray, wtypes: list[st
 def _copy_table(conn: Connection, table: Table, batch: Any) -> None:
     """A pyarrow table (columns in ``table``'s order) into ``table``, in ``conn``'s
     transaction: CSV through COPY on Postgres, one executemany on SQLite."""
-    from slurm_acme.store.job_import import python_values
-
     names = [c.name for c in table.c]
     assert batch.column_names == names
     if conn.dialect.name == "postgresql":
@@ -843,9 +859,10 @@ def _copy_table(conn: Connection, table: Table, batch: Any) -> None:
             with cur.copy(f"COPY {table.name} ({cols}) FROM STDIN (FORMAT csv)") as copy:
                 copy.write(sink.getvalue())
         return
-    marks = ", ".join("?" for _ in names)
-    rows = list(zip(*(python_values(c) for c in batch.columns), strict=True))
-    conn.exec_driver_sql(f"INSERT INTO {table.name} VALUES ({marks})", rows)
+    from slurm_acme.store.job_import import sqlite_insert_rows
+
+    with closing(conn.connection.driver_connection.cursor()) as cur:  # type: ignore[union-attr]
+        sqlite_insert_rows(cur, table.name, names, [], batch)
 
 
 @dataclass(frozen=True)
@@ -873,7 +890,6 @@ def prepare_rollups(cluster: str, batches: Sequence[Any]) -> ColumnRollups | Non
     fall in, computed from those rows, which must be every job of those months.
     Touches no database, so it can run while the store is still loading them."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     from slurm_acme.columns import constant_strings, from_numpy, strings, to_numpy, valid
 
@@ -896,7 +912,7 @@ def prepare_rollups(cluster: str, batches: Sequence[Any]) -> ColumnRollups | Non
     submit, _ = column("submit_ts")
     seconds = np.floor(submit).astype(np.int64)
     month_of = seconds.astype("datetime64[s]").astype("datetime64[M]").astype("datetime64[s]").astype(np.int64)
-    months, month_idx = np.unique(month_of, return_inverse=True)
+    months, month_idx = _distinct(month_of)
     wtype_idx, wtypes = _codes(table["workload_type"].chunk(0), ordered=True)
     state_idx, states = _codes(table["state"].chunk(0))
     outcome_idx = _outcomes(states)[state_idx]
@@ -910,10 +926,9 @@ def prepare_rollups(cluster: str, batches: Sequence[Any]) -> ColumnRollups | Non
 
     now = time.time()
     groups: list[tuple] = []
-    gpu_values, gpu_idx = np.unique(gpus, return_inverse=True)
+    gpu_values, gpu_idx = _distinct(gpus)
     group_shape = (len(months), len(wtypes), len(OUTCOMES), len(gpu_values))
-    unique_keys, group_of = np.unique(
-        np.ravel_multi_index((month_idx, wtype_idx, outcome_idx, gpu_idx), group_shape), return_inverse=True)
+    unique_keys, group_of = _distinct(np.ravel_multi_index((month_idx, wtype_idx, outcome_idx, gpu_idx), group_shape))
     g = len(unique_keys)
 
     def total(weights: np.ndarray, present: np.ndarray) -> np.ndarray:
@@ -933,16 +948,18 @@ def prepare_rollups(cluster: str, batches: Sequence[Any]) -> ColumnRollups | Non
                        float(dur_max[k]) if dur_n[k] else None, float(que_sum[k]) if que_n[k] else None,
                        int(que_n[k])))
     values: list[Any] = []  # pyarrow tables, one per metric
+    value_months: list[np.ndarray] = []  # the month index of each of their rows
     points: list[tuple] = []
     gpu_job = gpus > 0
     for metric, v, present in (("dur", dur, has_dur), ("que", que, has_que)):
         take = gpu_job & present
         if take.any():
-            seen, value_idx = np.unique(v[take], return_inverse=True)
+            seen, value_idx = _distinct(v[take])
             value_shape = (len(months), len(wtypes), len(seen))
-            keys, counts = np.unique(np.ravel_multi_index((month_idx[take], wtype_idx[take], value_idx), value_shape),
-                                     return_counts=True)
+            keys, key_of = _distinct(np.ravel_multi_index((month_idx[take], wtype_idx[take], value_idx), value_shape))
+            counts = np.bincount(key_of, minlength=len(keys))
             at_month, at_type, at_value = (np.asarray(a) for a in np.unravel_index(keys, value_shape))
+            value_months.append(at_month)
             values.append(pa.Table.from_arrays([
                 constant_strings(cluster, len(keys)), from_numpy(months[at_month].astype(np.float64)),
                 constant_strings(metric, len(keys)), strings(wtypes).take(from_numpy(at_type.astype(np.int64))),
@@ -955,10 +972,13 @@ def prepare_rollups(cluster: str, batches: Sequence[Any]) -> ColumnRollups | Non
     parts = [(cluster, float(m), int(n), now) for m, n in zip(months.tolist(), np.bincount(month_idx).tolist(),
                                                                  strict=True)]
     merged = None
-    if values:  # in key order: the b-tree is appended to, not split
-        merged = pa.concat_tables(values)
-        merged = merged.take(pc.sort_indices(merged, sort_keys=[(c.name, "ascending") for c in report_job_values.c
-                                                                 if c.primary_key]))
+    if values:  # in key order (cluster, month, metric, wtype, value): the b-tree is appended to, not split
+        # each metric's rows are in (month, wtype, value) order and the metrics in name order,
+        # so a stable sort by month alone puts them in key order
+        assert [c.name for c in report_job_values.c if c.primary_key] == ["cluster", "month_ts", "metric", "wtype",
+                                                                          "value"]
+        order = np.argsort(np.concatenate(value_months), kind="stable")
+        merged = pa.concat_tables(values).take(from_numpy(order.astype(np.int64)))
     return ColumnRollups(cluster, [float(m) for m in months], groups, merged, points, parts)
 
 

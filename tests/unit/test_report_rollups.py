@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_report_compute import JULY, TDP, check, load, make_data
 
 from slurm_acme.ingest.trace import import_trace
@@ -123,3 +126,14 @@ def test_import_trace_leaves_current_rollups(store, tmp_path: Path) -> None:  # 
             conn.execute(table.delete())
     assert not rolled(store, flt)
     assert report(store, flt, JULY) == with_rollups
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(st.one_of(st.lists(st.integers(-2**40, 2**40), max_size=500).map(lambda v: np.array(v, dtype=np.int64)),
+                 st.lists(st.floats(allow_nan=False), max_size=500).map(lambda v: np.array(v, dtype=np.float64))))
+def test_distinct_is_np_unique_with_inverse(values):
+    from slurm_acme.store.report import _distinct
+
+    found, codes = _distinct(values)
+    expected, inverse = np.unique(values, return_inverse=True)
+    assert np.array_equal(found, expected) and np.array_equal(codes, inverse)

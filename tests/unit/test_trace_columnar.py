@@ -89,6 +89,21 @@ def test_random_records_are_decided_as_the_row_lane_decides_them(records):
     same(expected, got)
 
 
+@pytest.mark.parametrize("width", [19, 20, 25])
+def test_times_all_of_one_width_are_decided_as_the_row_lane_decides_them(width):
+    """Every value of a column as wide: the bytes are read as a matrix, not gathered."""
+    more = ["2024-02-29T00:00:00Z", "2023-02-29T00:00:00Z", "2023-07-01 08:00:00X", "2023-07-01 08:00:00+",
+            "1970-01-01T00:00:00Z", "2023-07-01 08:00:00+08:0x", "2023-07-01 08:00:00*08:00", "2023-07-01 08:00:00"]
+    values = [v for v in TRICKY["time"] + more if len(v) == width]
+    assert len(values) >= 4
+    records = []
+    for k, value in enumerate(values * 3):
+        record = dict(GOOD, submit_time=value, start_time=values[k % len(values)], end_time=values[-1 - k % len(values)])
+        records.append([record[h] for h in HEADER])
+    expected, got = both_lanes(records)
+    same(expected, got)
+
+
 def write(tmp_path: Path, name: str, text: str | bytes) -> Path:
     path = tmp_path / name
     path.write_bytes(text.encode() if isinstance(text, str) else text)
