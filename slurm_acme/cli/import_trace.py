@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import click
 
@@ -23,20 +26,11 @@ def import_trace(app: AppContext, files: tuple[str, ...], cluster: str, strict: 
     Bad rows are reported with file, line and column and skipped (counted),
     or abort the whole import with --strict.
     """
-    from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TimeRemainingColumn
-
     from slurm_acme.ingest.trace import import_trace as run_import
 
     store = app.store()
     for path in files:
-        with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                      TimeRemainingColumn(), transient=True,
-                      console=_stderr_console()) as bar:
-            task = bar.add_task(f"import {path}", total=None)
-
-            def report(done: int, total: int, task: TaskID = task) -> None:
-                bar.update(task, completed=done, total=total)
-
+        with _progress_bar(path) as report:
             result = run_import(store, path, cluster=cluster, strict=strict,
                                 batch_size=batch_size, progress=report)
         for bad in result.bad:
@@ -50,7 +44,21 @@ def import_trace(app: AppContext, files: tuple[str, ...], cluster: str, strict: 
                        f"skipped {result.skipped} bad rows, {result.seconds:.1f} s")
 
 
-def _stderr_console():  # type: ignore[no-untyped-def]
+@contextmanager
+def _progress_bar(path: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A transient progress bar on a terminal's stderr; nothing (and no rich) when
+    stderr is a file, a pipe or a batch job's log, where it would be noise."""
+    if not sys.stderr.isatty():
+        yield None
+        return
     from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TimeRemainingColumn
 
-    return Console(stderr=True)
+    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                  TimeRemainingColumn(), transient=True, console=Console(stderr=True)) as bar:
+        task = bar.add_task(f"import {path}", total=None)
+
+        def report(done: int, total: int, task: TaskID = task) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield report

@@ -51,8 +51,8 @@ from slurm_acme.ingest.trace import (
 
 if TYPE_CHECKING:
     from slurm_acme.store import Store
+    from slurm_acme.store.column_rollups import ColumnRollups
     from slurm_acme.store.job_import import ColumnarJobWriter
-    from slurm_acme.store.report import ColumnRollups
 
 #: Bytes read per chunk (about 65,000 AcmeTrace rows).
 CHUNK_BYTES = 8 << 20
@@ -483,8 +483,8 @@ def import_columnar(store: Store, path: Path, *, cluster: str, strict: bool, bat
     computed from the rows in memory; a file that repeats a job id (or a
     cluster that has jobs already) is upserted, and the months it touched are
     rebuilt from ``jobs``."""
+    from slurm_acme.store.column_rollups import write_rollups
     from slurm_acme.store.job_import import BulkConflict
-    from slurm_acme.store.report import refresh_job_rollups, write_rollups
 
     try:
         run, writer, rollups = _write(store, path, cluster=cluster, strict=strict, batch_size=batch_size,
@@ -495,6 +495,8 @@ def import_columnar(store: Store, path: Path, *, cluster: str, strict: bool, bat
     if writer.bulk:
         run.result.months_rebuilt = write_rollups(store, rollups)
     else:
+        from slurm_acme.store.report import refresh_job_rollups
+
         run.result.months_rebuilt = refresh_job_rollups(
             store, [{"cluster": cluster, "submit_ts": day * 86400.0} for day in sorted(writer.touched_days)])
     if progress:
@@ -505,8 +507,8 @@ def import_columnar(store: Store, path: Path, *, cluster: str, strict: bool, bat
 def _write(store: Store, path: Path, *, cluster: str, strict: bool, batch_size: int, max_reported: int,
            progress: Callable[[int, int], None] | None,
            bulk: bool) -> tuple[_Run, ColumnarJobWriter, ColumnRollups | None]:
+    from slurm_acme.store.column_rollups import prepare_rollups
     from slurm_acme.store.job_import import ColumnarJobWriter
-    from slurm_acme.store.report import prepare_rollups
 
     with ColumnarTrace(path) as trace:
         run = _Run(trace, ImportResult(path=str(path), cluster=cluster), strict, max_reported, progress)

@@ -31,8 +31,8 @@ from slurm_acme.report.reference import reference_rows
 from slurm_acme.report.trends import trends_section
 from slurm_acme.store import Store
 from slurm_acme.store import report as q
+from slurm_acme.store.column_rollups import ALL_TYPES, OUTCOMES
 from slurm_acme.store.report import (
-    OUTCOMES,
     FailureGroup,
     JobAggregates,
     JobFilter,
@@ -140,7 +140,7 @@ class Distributions:
             else:
                 at_most[float(x)] = int(value)
         figures = {t: Figures(n[0], qs, le) for t, (n, qs, le) in parts.items()}
-        found = figures.pop(q.ALL_TYPES, None)
+        found = figures.pop(ALL_TYPES, None)
         overall: Quantiles = found if found is not None else Distribution((), ())
         return cls({t: f for t, f in figures.items() if f.n}, overall)
 

@@ -176,6 +176,21 @@ class Store:
         self._used = time.monotonic()
         return raw
 
+    def bulk_connection(self) -> Any:
+        """A DB-API connection of its own, outside autocommit, for one long bulk
+        write (``sacme import-trace``), which the caller commits and closes.
+
+        Its own so the bulk transaction, its PRAGMAs and its COPY leave the store's
+        shared connection alone; opened directly (no SQLAlchemy) when the store can.
+        An in-memory SQLite store lends a connection of its engine's pool instead,
+        the only one that sees its database."""
+        if self._connect is None:
+            return self.engine.raw_connection()
+        raw = self._connect()
+        if self.dialect == "postgresql":
+            raw.autocommit = False
+        return raw
+
     @contextmanager
     def _borrowed(self) -> Iterator[Any]:
         with self._lock:

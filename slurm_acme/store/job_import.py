@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from slurm_acme.store.engine import Store
-from slurm_acme.store.schema.core import jobs
 
 _KEY = ("cluster", "job_id")
 #: Page cache for one import connection, in KiB (SQLite's default is 2 MiB).
@@ -45,6 +44,8 @@ class TraceWriter:
     """
 
     def __init__(self, store: Store, *, cluster: str, source: str, fields: Sequence[str]):
+        from slurm_acme.store.schema.core import jobs
+
         unknown = [f for f in fields if f not in jobs.c]
         if unknown:
             raise ValueError(f"not jobs columns: {unknown}")
@@ -61,7 +62,7 @@ class TraceWriter:
 
     # -- context management -------------------------------------------------
     def __enter__(self) -> TraceWriter:
-        self._conn = self.store.engine.raw_connection()
+        self._conn = self.store.bulk_connection()
         self._cursor = self._conn.cursor()
         cols = ", ".join(f'"{c}"' for c in self.columns)
         if self.postgres:
@@ -135,6 +136,11 @@ class TraceWriter:
         )
 
 
+def _name(identifier: str) -> str:
+    """An identifier for inside double quotes."""
+    return identifier.replace('"', '""')
+
+
 def _sql_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -182,7 +188,7 @@ class _DbapiConn:
     """The store's own DBAPI connection (sqlite3 or psycopg)."""
 
     def __init__(self, store: Store):
-        self._conn = store.engine.raw_connection()
+        self._conn = store.bulk_connection()
         self._cursor = self._conn.cursor()
         self._copy: tuple[str, Any] | None = None
         self._copy_context: Any = None
@@ -275,7 +281,7 @@ class ColumnarJobWriter:
     includes the days of the rows replaced.
     """
 
-    #: What :func:`slurm_acme.store.report.rollups_from_columns` reads.
+    #: What :func:`slurm_acme.store.column_rollups.prepare_rollups` reads.
     ROLLUP_COLUMNS = ("submit_ts", "workload_type", "gpus", "duration_s", "queue_s", "gpu_time_s", "state")
 
     def __init__(self, store: Store, *, cluster: str, source: str, bulk: bool = True):
@@ -297,22 +303,23 @@ class ColumnarJobWriter:
         return bool(db.query("SELECT pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = 'jobs'::regclass")[0][0])
 
     def _index_ddl(self, db: _DbapiConn) -> list[tuple[str, str]]:
-        """(DROP, CREATE) of the indexes of ``jobs`` that can be built after a load,
-        from the schema: the secondary ones, and on Postgres the primary key
-        (re-adding it is what finds a job id the file repeats)."""
-        from sqlalchemy.schema import CreateIndex, DropIndex
-
-        dialect = self.store.engine.dialect
-        ddl = [(str(DropIndex(ix).compile(dialect=dialect)), str(CreateIndex(ix).compile(dialect=dialect)))
-               for ix in sorted(jobs.indexes, key=lambda ix: str(ix.name))]
-        if self.store.dialect == "postgresql":  # a SQLite table WITHOUT ROWID is its primary key
-            # by the name the store has (stores made before the naming convention differ)
-            found = db.query("SELECT conname FROM pg_constraint WHERE conrelid = 'jobs'::regclass AND contype = 'p'")
-            if found:
-                name, cols = found[0][0].replace('"', '""'), ", ".join(c.name for c in jobs.primary_key.columns)
-                ddl.insert(0, (f'ALTER TABLE jobs DROP CONSTRAINT "{name}"',
-                               f'ALTER TABLE jobs ADD CONSTRAINT "{name}" PRIMARY KEY ({cols})'))
-        return ddl
+        """(DROP, CREATE) of the indexes of ``jobs`` that can be built after a load, as
+        the database has them (whoever made them): the secondary ones, and on Postgres
+        the primary key (re-adding it is what finds a job id the file repeats)."""
+        if self.store.dialect == "sqlite":  # a SQLite table WITHOUT ROWID is its primary key
+            found = db.query("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' "
+                             "AND sql IS NOT NULL ORDER BY name")
+            return [(f'DROP INDEX "{_name(name)}"', sql) for name, sql in found]
+        # the primary key by the name the store has (stores made before the naming convention differ)
+        keys = db.query("SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+                        "WHERE conrelid = 'jobs'::regclass AND contype = 'p'")
+        ddl = [(f'ALTER TABLE jobs DROP CONSTRAINT "{_name(name)}"',
+                f'ALTER TABLE jobs ADD CONSTRAINT "{_name(name)}" {definition}') for name, definition in keys]
+        found = db.query(  # not those behind a constraint: the key, or a UNIQUE one (dropped with it)
+            "SELECT c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE i.indrelid = 'jobs'::regclass AND NOT EXISTS "
+            "(SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid) ORDER BY c.relname")
+        return ddl + [(f'DROP INDEX "{_name(name)}"', sql) for name, sql in found]
 
     def __enter__(self) -> ColumnarJobWriter:
         self._db = db = _DbapiConn(self.store)

@@ -144,3 +144,24 @@ def test_status_json_imports_no_renderer_or_numpy(tmp_path):
     assert sorted(m for m in loaded if m.split(".")[0] == "sqlalchemy") == []  # plain SQL reads
     assert "slurm_acme.ft.stored_spec" in loaded  # the spec is read from its stored JSON ...
     assert sorted(m for m in loaded if m.split(".")[0] in ("yaml", "pydantic")) == []  # ... not parsed again
+
+
+def test_a_first_trace_import_loads_no_sqlalchemy_and_no_progress_bar_off_a_terminal(tmp_path):
+    """The columnar import writes jobs and rollups in plain SQL; rich draws only on a terminal."""
+    pytest.importorskip("pyarrow")
+    from slurm_acme.report.synthetic import write_trace
+
+    trace = tmp_path / "seren.csv"
+    write_trace(trace, 500, months=2, seed=3)
+    url = f"sqlite:///{tmp_path / 'acme.db'}"
+    open_store(url).dispose()
+    loaded = modules_after(["--db", url, "import-trace", str(trace), "--cluster", "seren"], tmp_path)
+    assert "slurm_acme.store.column_rollups" in loaded  # the bulk path ran, with its rollups
+    assert sorted(m for m in loaded if m.split(".")[0] in ("sqlalchemy", "rich")) == []
+    store = open_store(url)
+    try:
+        with store.reading() as db:
+            assert db.scalar("SELECT count(*) FROM jobs WHERE cluster = 'seren'") == 500
+            assert db.scalar("SELECT count(*) FROM report_rollup_parts WHERE cluster = 'seren'") >= 2
+    finally:
+        store.dispose()

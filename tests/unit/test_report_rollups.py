@@ -132,8 +132,15 @@ def test_import_trace_leaves_current_rollups(store, tmp_path: Path) -> None:  # 
 @given(st.one_of(st.lists(st.integers(-2**40, 2**40), max_size=500).map(lambda v: np.array(v, dtype=np.int64)),
                  st.lists(st.floats(allow_nan=False), max_size=500).map(lambda v: np.array(v, dtype=np.float64))))
 def test_distinct_is_np_unique_with_inverse(values):
-    from slurm_acme.store.report import _distinct
+    from slurm_acme.store.column_rollups import _distinct
 
     found, codes = _distinct(values)
     expected, inverse = np.unique(values, return_inverse=True)
     assert np.array_equal(found, expected) and np.array_equal(codes, inverse)
+
+
+def test_the_rollup_writer_names_every_column_of_each_rollup_table():
+    from slurm_acme.store.column_rollups import ROLLUP_FIELDS
+    from slurm_acme.store.schema.report import ROLLUP_TABLES
+
+    assert {t.name: tuple(c.name for c in t.c) for t in ROLLUP_TABLES} == ROLLUP_FIELDS

@@ -42,7 +42,7 @@ def test_failed_states_are_those_the_paper_counts():
 
 
 def test_the_report_counts_failures_with_the_state_vocabulary():
-    from slurm_acme.store import report
+    from slurm_acme.store import column_rollups as report
 
     assert set(report.FAILED_STATES) == {s.value for s in JobState if s.is_failed()}
 
