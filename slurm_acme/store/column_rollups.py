@@ -281,16 +281,18 @@ def _write_rows(db: Db, table: str, rows: list[tuple]) -> None:
 
 def _write_table(db: Db, table: str, batch: Any) -> None:
     """A pyarrow table (columns named as ``table``'s) into ``table`` in ``db``'s
-    transaction: CSV through COPY on Postgres, multi-row INSERTs on SQLite."""
+    transaction: a COPY on Postgres (:mod:`slurm_acme.store.pg_copy`), multi-row
+    INSERTs on SQLite."""
     names = batch.column_names
     if db.dialect == "postgresql":
-        import pyarrow as pa
-        import pyarrow.csv as pa_csv
+        from slurm_acme.store.pg_copy import CopyEncoder
 
-        sink = pa.BufferOutputStream()
-        pa_csv.write_csv(batch, sink, pa_csv.WriteOptions(include_header=False))
-        with db.raw.cursor() as cur, cur.copy(f"COPY {table} ({quoted(names)}) FROM STDIN (FORMAT csv)") as copy:
-            copy.write(sink.getvalue())
+        with db.raw.cursor() as cur:
+            encoder = CopyEncoder(cur, table, names)
+            with cur.copy(encoder.sql) as copy:
+                copy.write(encoder.header())
+                copy.write(encoder.batch(batch))
+                copy.write(encoder.trailer())
         return
     from contextlib import closing
 

@@ -190,7 +190,7 @@ class _DbapiConn:
     def __init__(self, store: Store):
         self._conn = store.bulk_connection()
         self._cursor = self._conn.cursor()
-        self._copy: tuple[str, Any] | None = None
+        self._copy: tuple[str, Any, Any] | None = None  # (table, psycopg Copy, CopyEncoder)
         self._copy_context: Any = None
         self.postgres = store.dialect == "postgresql"
         if self.postgres:
@@ -211,7 +211,10 @@ class _DbapiConn:
     def finish(self, exc: BaseException | None = None) -> None:
         """End the COPY in progress, if any (failing it when ``exc`` is given)."""
         if self._copy is not None:
-            context, self._copy = self._copy_context, None
+            (_table, copy, encoder), self._copy = self._copy, None
+            context = self._copy_context
+            if exc is None:
+                copy.write(encoder.trailer())
             context.__exit__(type(exc) if exc else None, exc, None)
 
     def execute(self, sql: str) -> None:
@@ -226,28 +229,23 @@ class _DbapiConn:
     def ingest(self, table_name: str, table: Any, constants: dict[str, str]) -> None:
         """Append ``table`` plus the ``constants`` columns to ``table_name``."""
         names = [*constants, *table.column_names]
-        cols = ", ".join(f'"{c}"' for c in names)
         if self.postgres:
-            # CSV through COPY, what psql \copy sends; pyarrow writes it in C
-            import pyarrow as pa
-            import pyarrow.csv as pa_csv
-
             from slurm_acme.columns import constant_strings
+            from slurm_acme.store.pg_copy import CopyEncoder
 
             for at, (name, value) in enumerate(constants.items()):
                 table = table.add_column(at, name, constant_strings(value, table.num_rows))
-            sink = pa.BufferOutputStream()
-            pa_csv.write_csv(table, sink, pa_csv.WriteOptions(include_header=False))
             if self._copy is None:
                 # one COPY for the whole import: the server loads a batch while the next is read
                 from psycopg.copy import QueuedLibpqWriter
 
+                encoder = CopyEncoder(self._cursor, table_name, names)
                 # a writer thread sends each batch, so the next one is read and checked meanwhile
-                self._copy_context = self._cursor.copy(f"COPY {table_name} ({cols}) FROM STDIN (FORMAT csv)",
-                                                       writer=QueuedLibpqWriter(self._cursor))  # type: ignore[arg-type]
-                self._copy = (table_name, self._copy_context.__enter__())
+                self._copy_context = self._cursor.copy(encoder.sql, writer=QueuedLibpqWriter(self._cursor))  # type: ignore[arg-type]
+                self._copy = (table_name, self._copy_context.__enter__(), encoder)
+                self._copy[1].write(encoder.header())
             assert self._copy[0] == table_name
-            self._copy[1].write(sink.getvalue())
+            self._copy[1].write(self._copy[2].batch(table))
             return
         # constants as literals; the rest bound from Python values (made in C)
         sqlite_insert_rows(self._cursor, table_name, names, [_sql_literal(v) for v in constants.values()], table)
@@ -364,8 +362,6 @@ class ColumnarJobWriter:
 
     def write(self, table: Any) -> None:
         """Queue ``table`` (columns named after ``jobs`` columns) into the transaction."""
-        import pyarrow.compute as pc
-
         from slurm_acme.columns import to_numpy, valid
 
         if not table.num_rows:
@@ -378,7 +374,7 @@ class ColumnarJobWriter:
         if self.bulk:
             self.kept.append(table.select(list(self.ROLLUP_COLUMNS)))
             try:
-                self._db.ingest("jobs", table.take(pc.sort_indices(table["job_id"])), constants)
+                self._db.ingest("jobs", table, constants)
             except self._db.integrity as error:
                 if not self._db.conflict(error):
                     raise
