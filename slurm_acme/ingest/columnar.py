@@ -52,10 +52,12 @@ from slurm_acme.ingest.trace import (
 if TYPE_CHECKING:
     from slurm_acme.store import Store
     from slurm_acme.store.column_rollups import ColumnRollups
-    from slurm_acme.store.job_import import ColumnarJobWriter
+    from slurm_acme.store.job_import import ColumnarJobWriter, PreparedBatch
 
 #: Bytes read per chunk (about 65,000 AcmeTrace rows).
 CHUNK_BYTES = 8 << 20
+#: The first chunk is smaller: the store starts writing sooner (the pipeline fills faster).
+FIRST_CHUNK_BYTES = 1 << 20
 #: pyarrow parses a chunk in blocks of this size on its threads (half the time on two cores).
 PARSE_BLOCK_BYTES = 2 << 20
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -399,8 +401,10 @@ class ColumnarTrace:
     def batches(self, batch_rows: int) -> Iterator[tuple[list[pa.Array], np.ndarray, list[BadRow]]]:
         """(raw columns, file lines, misshapen rows) per batch."""
         pending = b""
+        size = FIRST_CHUNK_BYTES
         while True:
-            data = self._raw.read(CHUNK_BYTES)
+            data = self._raw.read(size)
+            size = CHUNK_BYTES
             chunk = pending + data
             if not chunk:
                 return
@@ -515,19 +519,22 @@ def _write(store: Store, path: Path, *, cluster: str, strict: bool, batch_size: 
         checker = ColumnChecker(trace.columns, str(path))
         # up to max_reported bad rows described per batch: the first of the file are among them
         report = max(1 if strict else 0, max_reported)
-        checked = ((*checker.check(raw, lines, report), misshapen)
-                   for raw, lines, misshapen in trace.batches(batch_size))
         rollups: Future[ColumnRollups | None] | None = None
         with ColumnarJobWriter(store, cluster=cluster, source=f"trace:{path.name}", bulk=bulk) as writer:
-            # the next batches are read and checked while this one is written
-            with ReadAhead(checked, name="acme-import-read") as batches:
-                for table, found, count, misshapen in batches:
+            def checked() -> Iterator[tuple[PreparedBatch, list[BadRow], int, list[BadRow]]]:
+                for raw, lines, misshapen in trace.batches(batch_size):
+                    table, found, count = checker.check(raw, lines, report)
+                    yield writer.prepare(table), found, count, misshapen
+
+            # the next batches are read, checked and readied on a thread while this one is written
+            with ReadAhead(checked(), name="acme-import-read") as batches:
+                for prepared, found, count, misshapen in batches:
                     # in file order, so --strict names the first bad row of the file
                     for row in sorted(misshapen + found, key=lambda b: b.line):
                         run.bad(row)
                     run.result.skipped += count - len(found)
-                    writer.write(table)
-                    run.result.rows += table.num_rows
+                    writer.write(prepared)
+                    run.result.rows += prepared.table.num_rows
                     run.tick()
             if writer.bulk:
                 # computed while the store builds its indexes and commits (both let go of the GIL)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -161,15 +162,17 @@ SQLITE_ROWS_PER_INSERT = 128
 
 
 def sqlite_insert_rows(cursor: Any, table_name: str, columns: Sequence[str], literals: Sequence[str],
-                       table: Any) -> None:
+                       table: Any, flat: list[Any] | None = None) -> None:
     """Append a pyarrow ``table`` to ``table_name`` through sqlite3: multi-row
-    ``INSERT ... VALUES`` statements bound from one flat list of its values.
+    ``INSERT ... VALUES`` statements bound from one flat list of its values
+    (``flat``, its :func:`~slurm_acme.columns.row_major`, when made already).
     ``columns`` names the target columns: the ``literals`` (SQL text) first,
     then ``table``'s columns in order."""
     from slurm_acme.columns import row_major
 
     width = table.num_columns
-    flat = row_major(table)
+    if flat is None:
+        flat = row_major(table)
     cols = ", ".join(f'"{c}"' for c in columns)
     row = "(" + ", ".join([*literals, *["?"] * width]) + ")"
 
@@ -226,8 +229,9 @@ class _DbapiConn:
         self._cursor.execute(sql)
         return [tuple(r) for r in self._cursor.fetchall()]
 
-    def ingest(self, table_name: str, table: Any, constants: dict[str, str]) -> None:
-        """Append ``table`` plus the ``constants`` columns to ``table_name``."""
+    def ingest(self, table_name: str, table: Any, constants: dict[str, str], flat: list[Any] | None = None) -> None:
+        """Append ``table`` plus the ``constants`` columns to ``table_name`` (SQLite:
+        ``flat``, the table's values row after row, when made already)."""
         names = [*constants, *table.column_names]
         if self.postgres:
             from slurm_acme.columns import constant_strings
@@ -248,7 +252,8 @@ class _DbapiConn:
             self._copy[1].write(self._copy[2].batch(table))
             return
         # constants as literals; the rest bound from Python values (made in C)
-        sqlite_insert_rows(self._cursor, table_name, names, [_sql_literal(v) for v in constants.values()], table)
+        sqlite_insert_rows(self._cursor, table_name, names, [_sql_literal(v) for v in constants.values()], table,
+                           flat)
 
     def commit(self) -> None:
         self.finish()
@@ -264,6 +269,15 @@ class _DbapiConn:
     def close(self) -> None:
         self._cursor.close()
         self._conn.close()
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    """A pyarrow table of ``jobs`` rows readied for :meth:`ColumnarJobWriter.write`."""
+
+    table: Any
+    days: set[int]  # the UTC days of its submit times
+    flat: list[Any] | None  # SQLite: its values row after row
 
 
 class ColumnarJobWriter:
@@ -360,21 +374,32 @@ class ColumnarJobWriter:
         finally:
             db.close()
 
-    def write(self, table: Any) -> None:
-        """Queue ``table`` (columns named after ``jobs`` columns) into the transaction."""
-        from slurm_acme.columns import to_numpy, valid
+    def prepare(self, table: Any) -> PreparedBatch:
+        """What :meth:`write` needs of ``table`` besides the connection. Pure, so the
+        thread that reads the next batches makes it (the writing thread only binds)."""
+        from slurm_acme.columns import row_major, to_numpy, valid
 
+        days: set[int] = set()
+        if "submit_ts" in table.column_names and table.num_rows:
+            submit = table["submit_ts"].combine_chunks()
+            days = set(np.unique(np.floor(to_numpy(submit)[valid(submit)] / DAY_S)).astype(int).tolist())
+        flat = row_major(table) if self.store.dialect == "sqlite" and table.num_rows else None
+        return PreparedBatch(table, days, flat)
+
+    def write(self, batch: Any) -> None:
+        """Queue ``batch`` (a :meth:`prepare`'d one, or a table with columns named after
+        ``jobs`` columns) into the transaction."""
+        prepared = batch if isinstance(batch, PreparedBatch) else self.prepare(batch)
+        table = prepared.table
         if not table.num_rows:
             return
         assert self._db is not None
         constants = {"cluster": self.cluster, "source": self.source}
-        if "submit_ts" in table.column_names:
-            submit = table["submit_ts"].combine_chunks()
-            self.touched_days |= set(np.unique(np.floor(to_numpy(submit)[valid(submit)] / DAY_S)).astype(int).tolist())
+        self.touched_days |= prepared.days
         if self.bulk:
             self.kept.append(table.select(list(self.ROLLUP_COLUMNS)))
             try:
-                self._db.ingest("jobs", table, constants)
+                self._db.ingest("jobs", table, constants, prepared.flat)
             except self._db.integrity as error:
                 if not self._db.conflict(error):
                     raise
@@ -389,7 +414,7 @@ class ColumnarJobWriter:
             else:
                 self._db.execute(f"DROP TABLE IF EXISTS temp.{STAGE_TABLE}")
                 self._db.execute(f"CREATE TEMP TABLE {STAGE_TABLE} AS SELECT {cols} FROM jobs WHERE 0")
-        self._db.ingest(STAGE_TABLE, table, constants)
+        self._db.ingest(STAGE_TABLE, table, constants, prepared.flat)
 
     def _merge(self, db: _DbapiConn) -> None:
         cols = ", ".join(f'"{c}"' for c in self._columns)
