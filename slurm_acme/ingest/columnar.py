@@ -497,12 +497,14 @@ def import_columnar(store: Store, path: Path, *, cluster: str, strict: bool, bat
         run, writer, rollups = _write(store, path, cluster=cluster, strict=strict, batch_size=batch_size,
                                       max_reported=max_reported, progress=progress, bulk=False)
     if writer.bulk:
+        # while the import's WAL is copied into the database (SQLite)
         run.result.months_rebuilt = write_rollups(store, rollups)
     else:
         from slurm_acme.store.report import refresh_job_rollups
 
         run.result.months_rebuilt = refresh_job_rollups(
             store, [{"cluster": cluster, "submit_ts": day * 86400.0} for day in sorted(writer.touched_days)])
+    writer.settle()
     if progress:
         progress(run.trace.size, run.trace.size)
     return run.result

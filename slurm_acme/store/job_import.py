@@ -13,6 +13,7 @@ rollups are rebuilt.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -271,6 +272,23 @@ class _DbapiConn:
         self._conn.close()
 
 
+def _checkpoint_in_background(db: _DbapiConn) -> threading.Thread:
+    """A PASSIVE checkpoint of ``db``'s SQLite database on a thread, then ``db`` closed.
+    Best effort, as SQLite's own automatic checkpoint is: a failed or partial one
+    leaves the frames in the WAL, for the next checkpoint (the data is committed)."""
+    def run() -> None:
+        try:
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except db.driver_error:
+            pass
+        finally:
+            db.close()
+
+    thread = threading.Thread(target=run, name="acme-import-checkpoint", daemon=False)
+    thread.start()
+    return thread
+
+
 @dataclass(frozen=True)
 class PreparedBatch:
     """A pyarrow table of ``jobs`` rows readied for :meth:`ColumnarJobWriter.write`."""
@@ -307,6 +325,8 @@ class ColumnarJobWriter:
         self._db: _DbapiConn | None = None
         self._columns: tuple[str, ...] = ()
         self._indexes: list[tuple[str, str]] = []
+        self._checkpoint = False
+        self._settling: threading.Thread | None = None
 
     def _may_alter(self, db: _DbapiConn) -> bool:
         """Whether this user may drop and rebuild the indexes (Postgres: owns ``jobs``)."""
@@ -340,6 +360,11 @@ class ColumnarJobWriter:
                 db.execute(f"PRAGMA busy_timeout={30_000}")
                 db.execute(f"PRAGMA cache_size=-{SQLITE_IMPORT_CACHE_KIB}")
                 db.execute("PRAGMA temp_store=MEMORY")
+                if db.query("PRAGMA journal_mode")[0][0] == "wal":
+                    # copying the WAL into the database (about half the commit of a big import)
+                    # is left to settle(), on a thread, while the caller writes the rollups
+                    db.execute("PRAGMA wal_autocheckpoint=0")
+                    self._checkpoint = True
                 db.execute("BEGIN IMMEDIATE")  # the index DDL below must roll back with the rows
             had_rows = bool(db.query(f"SELECT 1 FROM jobs WHERE cluster = {_sql_literal(self.cluster)} LIMIT 1"))
             self.bulk = self.allow_bulk and not had_rows
@@ -357,6 +382,7 @@ class ColumnarJobWriter:
     def __exit__(self, exc_type, exc, tb) -> None:  # type: ignore[no-untyped-def]
         db = self._db
         assert db is not None
+        committed = False
         try:
             if exc_type is None:
                 if not self.bulk and self._columns:
@@ -364,6 +390,7 @@ class ColumnarJobWriter:
                 for _drop, create in self._indexes:
                     db.execute(create)
                 db.commit()
+                committed = True
             else:
                 db.rollback()
         except db.integrity as error:
@@ -372,7 +399,17 @@ class ColumnarJobWriter:
                 raise
             raise BulkConflict(self.cluster) from None
         finally:
-            db.close()
+            if committed and self._checkpoint:
+                self._settling = _checkpoint_in_background(db)
+            else:
+                db.close()
+
+    def settle(self) -> None:
+        """Wait for the committed import's WAL to be copied into the SQLite database
+        (started at commit; the other writes of the import may run meanwhile)."""
+        if self._settling is not None:
+            self._settling.join()
+            self._settling = None
 
     def prepare(self, table: Any) -> PreparedBatch:
         """What :meth:`write` needs of ``table`` besides the connection. Pure, so the
