@@ -22,7 +22,7 @@ import csv
 import io
 import re
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -487,18 +487,16 @@ def import_columnar(store: Store, path: Path, *, cluster: str, strict: bool, bat
     computed from the rows in memory; a file that repeats a job id (or a
     cluster that has jobs already) is upserted, and the months it touched are
     rebuilt from ``jobs``."""
-    from slurm_acme.store.column_rollups import write_rollups
     from slurm_acme.store.job_import import BulkConflict
 
     try:
-        run, writer, rollups = _write(store, path, cluster=cluster, strict=strict, batch_size=batch_size,
-                                      max_reported=max_reported, progress=progress, bulk=bulk)
+        run, writer, rollups_written = _write(store, path, cluster=cluster, strict=strict, batch_size=batch_size,
+                                              max_reported=max_reported, progress=progress, bulk=bulk)
     except BulkConflict:
-        run, writer, rollups = _write(store, path, cluster=cluster, strict=strict, batch_size=batch_size,
-                                      max_reported=max_reported, progress=progress, bulk=False)
-    if writer.bulk:
-        # while the import's WAL is copied into the database (SQLite)
-        run.result.months_rebuilt = write_rollups(store, rollups)
+        run, writer, rollups_written = _write(store, path, cluster=cluster, strict=strict, batch_size=batch_size,
+                                              max_reported=max_reported, progress=progress, bulk=False)
+    if rollups_written is not None:
+        run.result.months_rebuilt = rollups_written()
     else:
         from slurm_acme.store.report import refresh_job_rollups
 
@@ -512,34 +510,59 @@ def import_columnar(store: Store, path: Path, *, cluster: str, strict: bool, bat
 
 def _write(store: Store, path: Path, *, cluster: str, strict: bool, batch_size: int, max_reported: int,
            progress: Callable[[int, int], None] | None,
-           bulk: bool) -> tuple[_Run, ColumnarJobWriter, ColumnRollups | None]:
-    from slurm_acme.store.column_rollups import prepare_rollups
+           bulk: bool) -> tuple[_Run, ColumnarJobWriter, Callable[[], int] | None]:
+    """Checks and writes the rows; for a bulk import also what writes its rollups
+    (returning how many months), None when they must be rebuilt from ``jobs``.
+
+    The rollups are computed on a thread while the store builds its indexes and
+    commits. On Postgres they are written then too, in a second transaction that
+    commits only once the jobs have (:func:`write_rollups`'s ``before_commit``);
+    SQLite has one writer at a time, so there they are written after the commit,
+    while the WAL is checkpointed."""
+    from slurm_acme.store.column_rollups import prepare_rollups, write_rollups
     from slurm_acme.store.job_import import ColumnarJobWriter
 
+    jobs_committed: Future[None] = Future()
+    computed: Future[ColumnRollups | None] | None = None
+    written: Future[int] | None = None
     with ColumnarTrace(path) as trace:
         run = _Run(trace, ImportResult(path=str(path), cluster=cluster), strict, max_reported, progress)
         checker = ColumnChecker(trace.columns, str(path))
         # up to max_reported bad rows described per batch: the first of the file are among them
         report = max(1 if strict else 0, max_reported)
-        rollups: Future[ColumnRollups | None] | None = None
-        with ColumnarJobWriter(store, cluster=cluster, source=f"trace:{path.name}", bulk=bulk) as writer:
-            def checked() -> Iterator[tuple[PreparedBatch, list[BadRow], int, list[BadRow]]]:
-                for raw, lines, misshapen in trace.batches(batch_size):
-                    table, found, count = checker.check(raw, lines, report)
-                    yield writer.prepare(table), found, count, misshapen
+        try:
+            with ColumnarJobWriter(store, cluster=cluster, source=f"trace:{path.name}", bulk=bulk) as writer:
+                def checked() -> Iterator[tuple[PreparedBatch, list[BadRow], int, list[BadRow]]]:
+                    for raw, lines, misshapen in trace.batches(batch_size):
+                        table, found, count = checker.check(raw, lines, report)
+                        yield writer.prepare(table), found, count, misshapen
 
-            # the next batches are read, checked and readied on a thread while this one is written
-            with ReadAhead(checked(), name="acme-import-read") as batches:
-                for prepared, found, count, misshapen in batches:
-                    # in file order, so --strict names the first bad row of the file
-                    for row in sorted(misshapen + found, key=lambda b: b.line):
-                        run.bad(row)
-                    run.result.skipped += count - len(found)
-                    writer.write(prepared)
-                    run.result.rows += prepared.table.num_rows
-                    run.tick()
-            if writer.bulk:
-                # computed while the store builds its indexes and commits (both let go of the GIL)
-                kept = writer.kept
-                rollups = in_background(lambda: prepare_rollups(cluster, kept), name="acme-import-rollups")
-    return run, writer, rollups.result() if rollups is not None else None
+                # the next batches are read, checked and readied on a thread while this one is written
+                with ReadAhead(checked(), name="acme-import-read") as batches:
+                    for prepared, found, count, misshapen in batches:
+                        # in file order, so --strict names the first bad row of the file
+                        for row in sorted(misshapen + found, key=lambda b: b.line):
+                            run.bad(row)
+                        run.result.skipped += count - len(found)
+                        writer.write(prepared)
+                        run.result.rows += prepared.table.num_rows
+                        run.tick()
+                if writer.bulk:
+                    kept = writer.kept
+                    done = computed = in_background(lambda: prepare_rollups(cluster, kept), name="acme-import-rollups")
+                    if store.dialect == "postgresql":
+                        written = in_background(lambda: write_rollups(store, done.result(),
+                                                                      before_commit=jobs_committed.result),
+                                                name="acme-import-rollups-write")
+        except BaseException as exc:
+            jobs_committed.set_exception(exc)  # the rollups' transaction rolls back
+            if written is not None:
+                wait([written])
+            raise
+        jobs_committed.set_result(None)
+    if written is not None:
+        return run, writer, written.result
+    if computed is not None:
+        rollups = computed.result()
+        return run, writer, lambda: write_rollups(store, rollups)
+    return run, writer, None

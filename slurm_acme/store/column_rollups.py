@@ -14,7 +14,7 @@ import-trace`` loads neither it nor the report's queries.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -302,8 +302,11 @@ def _write_table(db: Db, table: str, batch: Any) -> None:
         sqlite_insert_rows(cur, table, names, [], batch)
 
 
-def write_rollups(store: Any, rollups: ColumnRollups | None) -> int:
-    """Replace the partitions ``rollups`` holds, in one transaction; returns how many."""
+def write_rollups(store: Any, rollups: ColumnRollups | None, *,
+                  before_commit: Callable[[], object] | None = None) -> int:
+    """Replace the partitions ``rollups`` holds, in one transaction; returns how many.
+    ``before_commit`` is called once the rows are written: the transaction commits
+    when it returns and rolls back if it raises (an import whose jobs failed)."""
     if rollups is None:
         return 0
     with store.reading() as db:
@@ -324,4 +327,6 @@ def write_rollups(store: Any, rollups: ColumnRollups | None) -> int:
             _write_table(db, "report_job_values", rollups.values)
         _write_rows(db, "report_job_points", rollups.points)
         _write_rows(db, "report_rollup_parts", rollups.parts)
+        if before_commit is not None:
+            before_commit()
     return len(rollups.months)

@@ -236,3 +236,28 @@ def test_a_quoted_or_blank_header_line_is_left_to_the_row_lane(store, tmp_path):
 
     with pytest.raises(InputError, match="empty file"):
         import_trace(store, write(tmp_path, "e.csv", ""), cluster="seren")
+
+
+def test_rollups_whose_import_failed_are_rolled_back_and_the_old_ones_kept(store, tmp_path):
+    """The rollups' transaction commits only once the jobs have (on Postgres they are written
+    meanwhile): when before_commit raises, the month keeps what it had."""
+    import pyarrow as pa
+
+    from slurm_acme.store.column_rollups import prepare_rollups, write_rollups
+
+    import_trace(store, write(tmp_path, "a.csv", "\n".join([SEREN_HEADER, ROW.format(id=1, d=1)]) + "\n"),
+                 cluster="seren")
+    before = rollups_of(store, "seren")
+    july = 1688169600.0 + 2 * 86400
+    kept = pa.table({"submit_ts": [july] * 3, "workload_type": ["SFT"] * 3, "gpus": [8] * 3,
+                     "duration_s": [5.0, 6.0, 7.0], "queue_s": [0.0] * 3, "gpu_time_s": [40.0] * 3,
+                     "state": ["COMPLETED"] * 3})
+
+    def jobs_failed() -> None:
+        raise RuntimeError("the jobs' transaction rolled back")
+
+    with pytest.raises(RuntimeError, match="rolled back"):
+        write_rollups(store, prepare_rollups("seren", [kept]), before_commit=jobs_failed)
+    assert rollups_of(store, "seren") == before
+    assert write_rollups(store, prepare_rollups("seren", [kept]), before_commit=lambda: None) == 1
+    assert rollups_of(store, "seren")["report_rollup_parts"] == [(1688169600.0, 3)]
