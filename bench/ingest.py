@@ -6,11 +6,12 @@ sqlite3 shell importing the same CSV into a plain table (no types, no indexes,
 no validation) -- what a user would otherwise reach for. Then the same for
 Postgres (``--pg-url``, a server where databases may be created; skipped with
 ``--no-pg``): the CLI into a fresh database against ``psql \\copy`` into a
-typed table (integers, ``timestamptz``, doubles) of the same CSV. Prints one
-JSON object; ``ratio`` and ``pg_ratio`` are our rows/s over the alternative's
-(target >= 0.5 each, issue 22).
+typed table (integers, ``timestamptz``, doubles) of the same CSV. Each side runs
+``--rounds`` times, the two interleaved (so a busy moment hits both), and the
+medians are compared. Prints one JSON object; ``ratio`` and ``pg_ratio`` are our
+rows/s over the alternative's (target >= 0.5 each, issue 22).
 
-    python bench/ingest.py [--rows 1000000] [--workdir /tmp/acme-bench-ingest] [--pg-url URL | --no-pg]
+    python bench/ingest.py [--rows 1000000] [--rounds 3] [--workdir /tmp/acme-bench-ingest] [--pg-url URL | --no-pg]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -43,6 +45,17 @@ PG_TRACE_TABLE = """CREATE TABLE trace (
 
 def psql(url: str, sql: str) -> None:
     subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", url, "-c", sql], check=True, stdout=subprocess.DEVNULL)
+
+
+def sqlite_side(sacme: str, csv_path: Path, workdir: Path) -> tuple[float, float]:
+    """Seconds for ``sacme import-trace`` into a fresh SQLite store (its schema made
+    first, so only the import is timed) and for the sqlite3 shell's ``.import``."""
+    ours_db = fresh(workdir / "acme.db")
+    subprocess.run([sacme, "--db", f"sqlite:///{ours_db}", "db", "upgrade"], check=True, stdout=subprocess.DEVNULL)
+    ours_s = timed([sacme, "--db", f"sqlite:///{ours_db}", "import-trace", str(csv_path), "--cluster", "seren"])
+    plain_db = fresh(workdir / "plain.db")
+    sqlite_s = timed(["sqlite3", str(plain_db), f".import --csv {csv_path} trace"])
+    return ours_s, sqlite_s
 
 
 def postgres_side(sacme: str, csv_path: Path, admin_url: str) -> tuple[float, float]:
@@ -73,6 +86,7 @@ def fresh(path: Path) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=3, help="runs of each side; their medians are compared")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/acme-bench-ingest"))
     ap.add_argument("--pg-url", default=os.environ.get("ACME_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test"),
                     help="a Postgres database of a user who may create databases")
@@ -84,18 +98,14 @@ def main() -> None:
         write_trace(csv_path, args.rows, style="seren", months=6, seed=1)
 
     sacme = shutil.which("sacme") or str(Path(sys.executable).with_name("sacme"))
-    ours_db = fresh(args.workdir / "acme.db")
-    # Create the schema first so both sides time only the import itself.
-    subprocess.run([sacme, "--db", f"sqlite:///{ours_db}", "db", "upgrade"], check=True,
-                   stdout=subprocess.DEVNULL)
-    ours_s = timed([sacme, "--db", f"sqlite:///{ours_db}", "import-trace", str(csv_path),
-                    "--cluster", "seren"])
-    plain_db = fresh(args.workdir / "plain.db")
-    sqlite_s = timed(["sqlite3", str(plain_db), f".import --csv {csv_path} trace"])
+    sqlite_runs = [sqlite_side(sacme, csv_path, args.workdir) for _ in range(args.rounds)]
+    ours_s = statistics.median(r[0] for r in sqlite_runs)
+    sqlite_s = statistics.median(r[1] for r in sqlite_runs)
     ours_rate = args.rows / ours_s
     sqlite_rate = args.rows / sqlite_s
     out: dict[str, object] = {
         "rows": args.rows,
+        "rounds": args.rounds,
         "rows_per_s": round(ours_rate),
         "sqlite_import_rows_per_s": round(sqlite_rate),
         "ratio": round(ours_rate / sqlite_rate, 3),
@@ -103,7 +113,9 @@ def main() -> None:
         "sqlite_import_seconds": round(sqlite_s, 2),
     }
     if not args.no_pg:
-        pg_s, copy_s = postgres_side(sacme, csv_path, args.pg_url)
+        pg_runs = [postgres_side(sacme, csv_path, args.pg_url) for _ in range(args.rounds)]
+        pg_s = statistics.median(r[0] for r in pg_runs)
+        copy_s = statistics.median(r[1] for r in pg_runs)
         out.update({
             "pg_rows_per_s": round(args.rows / pg_s),
             "pg_copy_rows_per_s": round(args.rows / copy_s),

@@ -340,13 +340,10 @@ class _Prefixed(io.RawIOBase):
 
 
 def _plain(chunk: bytes) -> bool:
-    """True when every line of ``chunk`` is one record (pyarrow may read it): no
-    quotes, no NUL, no blank lines. pyarrow and Python's csv module both end a
-    line at ``\\n``, ``\\r\\n`` or a lone ``\\r``."""
-    if b'"' in chunk or b"\x00" in chunk or b"\n\n" in chunk or chunk.startswith((b"\n", b"\r")):
-        return False
-    # a two-byte search costs fifty one-byte ones: the CR checks only where a CR is
-    return b"\r" not in chunk or not (b"\r\r" in chunk or b"\n\r" in chunk)
+    """True when no quote or NUL is in ``chunk``, so each of its lines is one record
+    for pyarrow as for Python's csv module (both end a line at ``\\n``, ``\\r\\n``
+    or a lone ``\\r``). Blank lines are found after parsing (:meth:`ColumnarTrace._arrow`)."""
+    return b'"' not in chunk and b"\x00" not in chunk
 
 
 class RowLaneOnly(Exception):
@@ -436,8 +433,13 @@ class ColumnarTrace:
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             return None  # a misshapen row or bad UTF-8: the csv lane names it
         columns = [table.column(i).combine_chunks() for i in range(self.width)]
-        if any(len(c) and pc.max(pc.binary_length(c)).as_py() > self._limit for c in columns):
+        lengths = [to_numpy(pc.binary_length(c)) for c in columns]
+        if len(table) and max(int(n.max()) for n in lengths) > self._limit:
             return None  # csv refuses a field that long; its error names the line
+        if (sum(n.astype(np.int64) for n in lengths) == 0).any():
+            # a blank line (pyarrow reads it as a record of empty fields; csv skips it), or a
+            # record of only commas: the csv lane tells them apart and keeps the line numbers
+            return None
         return columns
 
     def _csv_lane(self, head: bytes, batch_rows: int) -> Iterator[tuple[list[pa.Array], np.ndarray, list[BadRow]]]:

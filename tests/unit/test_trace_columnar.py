@@ -261,3 +261,20 @@ def test_rollups_whose_import_failed_are_rolled_back_and_the_old_ones_kept(store
     assert rollups_of(store, "seren") == before
     assert write_rollups(store, prepare_rollups("seren", [kept]), before_commit=lambda: None) == 1
     assert rollups_of(store, "seren")["report_rollup_parts"] == [(1688169600.0, 3)]
+
+
+@pytest.mark.parametrize("blank", ["\n", "\r\n", ",,,,,,,,,,,,\n"])
+def test_a_blank_or_all_empty_line_keeps_every_line_number_as_the_row_lane_does(store, tmp_path, monkeypatch, blank):
+    """pyarrow reads a blank line as a record of empty fields; the columnar lane hands that
+    chunk to the csv module, which skips a blank line and names a record of empty fields."""
+    eol = "\r\n" if blank == "\r\n" else "\n"
+    lines = [SEREN_HEADER, ROW.format(id=1, d=1), ROW.format(id=2, d=2), "x,u,1\n".rstrip("\n"),
+             ROW.format(id=4, d=4)]
+    text = eol.join(lines[:3]) + eol + blank + eol.join(lines[3:]) + eol
+    path = write(tmp_path, "b.csv", text)
+    columnar = import_trace(store, path, cluster="columnar")
+    monkeypatch.setattr(trace_module, "COLUMNAR", False)
+    rows = import_trace(store, path, cluster="rows")
+    assert [str(b) for b in columnar.bad] == [str(b) for b in rows.bad]
+    assert (columnar.rows, columnar.skipped) == (rows.rows, rows.skipped) == (3, 2 if blank.startswith(",") else 1)
+    assert any(":5:" in str(b) for b in columnar.bad)  # the misshapen row after the blank line, by its line
