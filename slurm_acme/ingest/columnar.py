@@ -436,7 +436,10 @@ class ColumnarTrace:
         lengths = [to_numpy(pc.binary_length(c)) for c in columns]
         if len(table) and max(int(n.max()) for n in lengths) > self._limit:
             return None  # csv refuses a field that long; its error names the line
-        if (sum(n.astype(np.int64) for n in lengths) == 0).any():
+        line_bytes = np.zeros(len(table), dtype=np.int64)
+        for n in lengths:
+            line_bytes += n
+        if (line_bytes == 0).any():
             # a blank line (pyarrow reads it as a record of empty fields; csv skips it), or a
             # record of only commas: the csv lane tells them apart and keeps the line numbers
             return None
