@@ -28,7 +28,7 @@ FAILED_STATES = JobState.failed_states()
 #: Outcome classes of a job; ``other`` is running, pending, preempted, requeued.
 OUTCOMES = ("completed", "cancelled", "failed", "other")
 #: Postgres advisory lock serialising rollup rebuilds (two ingests at once).
-_ROLLUP_LOCK = 716372
+ROLLUP_LOCK = 716372
 
 #: The columns each rollup table is written with, in the order the rows here hold them
 #: (the tables are :mod:`slurm_acme.store.schema.report`'s).
@@ -147,12 +147,6 @@ class ColumnRollups:
     values: Any  # a pyarrow table in the key order of report_job_values, or None
     points: list[tuple]
     parts: list[tuple]
-
-
-def rollups_from_columns(store: Any, cluster: str, batches: Sequence[Any]) -> int:
-    """Replace the partitions of ``cluster`` that ``batches`` fall in, computed
-    from those rows (see :func:`prepare_rollups`); returns how many were written."""
-    return write_rollups(store, prepare_rollups(cluster, batches))
 
 
 def prepare_rollups(cluster: str, batches: Sequence[Any]) -> ColumnRollups | None:
@@ -318,7 +312,7 @@ def write_rollups(store: Any, rollups: ColumnRollups | None, *,
     months = ", ".join("?" for _ in rollups.months)
     with store.writing() as db:
         if db.dialect == "postgresql":
-            db.execute(f"SELECT pg_advisory_xact_lock({_ROLLUP_LOCK})").close()
+            db.execute(f"SELECT pg_advisory_xact_lock({ROLLUP_LOCK})").close()
         for name in ROLLUP_FIELDS:
             db.execute(f"DELETE FROM {name} WHERE cluster = ? AND month_ts IN ({months})",
                        [rollups.cluster, *rollups.months]).close()

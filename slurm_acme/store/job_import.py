@@ -423,10 +423,8 @@ class ColumnarJobWriter:
         flat = row_major(table) if self.store.dialect == "sqlite" and table.num_rows else None
         return PreparedBatch(table, days, flat)
 
-    def write(self, batch: Any) -> None:
-        """Queue ``batch`` (a :meth:`prepare`'d one, or a table with columns named after
-        ``jobs`` columns) into the transaction."""
-        prepared = batch if isinstance(batch, PreparedBatch) else self.prepare(batch)
+    def write(self, prepared: PreparedBatch) -> None:
+        """Queue a :meth:`prepare`'d batch into the transaction."""
         table = prepared.table
         if not table.num_rows:
             return

@@ -50,9 +50,9 @@ from sqlalchemy import (
 )
 
 from slurm_acme.store.column_rollups import (
-    _ROLLUP_LOCK,
     ALL_TYPES,
     FAILED_STATES,
+    ROLLUP_LOCK,
     distribution_points,
 )
 from slurm_acme.store.nodes import NodeLoss, losses_on, window_conds
@@ -406,7 +406,7 @@ def _rebuild_partition(conn: Connection, cluster: str, month: float) -> None:
     not be upgraded to a write)."""
     _temp_in_memory(conn)
     if conn.dialect.name == "postgresql":
-        conn.execute(text(f"SELECT pg_advisory_xact_lock({_ROLLUP_LOCK})"))
+        conn.execute(text(f"SELECT pg_advisory_xact_lock({ROLLUP_LOCK})"))
     for table in (report_job_points, report_job_values, report_job_groups, report_rollup_parts):
         conn.execute(table.delete().where(and_(table.c.cluster == cluster, table.c.month_ts == month)))
     _fill_selected(conn, [jobs.c.cluster == cluster, jobs.c.submit_ts >= month,
